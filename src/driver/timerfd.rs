@@ -1,0 +1,62 @@
+//! The timerfd the worker threads sleep on.
+//!
+//! One `CLOCK_MONOTONIC` timerfd per scheduler, opened as two descriptors: the programming
+//! end lives in the core (under its lock, so the programmed deadline and the structure
+//! never disagree), and each worker owns a `dup` of it to block in `read(2)` without the
+//! lock. `timerfd_settime` from any thread re-programs the timer a reader is already
+//! blocked on, so arming an earlier deadline needs no extra wakeup fd, and an expiry that
+//! happens before the reader blocks is kept in the fd's counter, so none is lost.
+
+use std::io;
+use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
+use std::time::Duration;
+
+use timerfd::{ClockId, SetTimeFlags, TimerFd, TimerState};
+
+/// The programming end.
+#[derive(Debug)]
+pub(crate) struct TimerSource {
+    fd: TimerFd,
+}
+
+/// A worker's blocking end.
+#[derive(Debug)]
+pub(crate) struct TimerReader {
+    fd: TimerFd,
+}
+
+impl TimerSource {
+    pub(crate) fn new() -> io::Result<Self> {
+        Ok(TimerSource {
+            fd: TimerFd::new_custom(ClockId::Monotonic, false, true)?,
+        })
+    }
+
+    /// A new descriptor of the same timer for a worker to block on.
+    pub(crate) fn reader(&self) -> io::Result<TimerReader> {
+        let owned = self.fd.as_fd().try_clone_to_owned()?;
+        // SAFETY: `owned` is a freshly duplicated timerfd descriptor whose ownership we
+        // hand over to the new `TimerFd`.
+        let fd = unsafe { TimerFd::from_raw_fd(owned.into_raw_fd()) };
+        Ok(TimerReader { fd })
+    }
+
+    /// Fires once, `after_ns` from now (at least 1 ns: zero would disarm).
+    pub(crate) fn program(&mut self, after_ns: u64) {
+        let after = Duration::from_nanos(after_ns.max(1));
+        self.fd
+            .set_state(TimerState::Oneshot(after), SetTimeFlags::Default);
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.fd
+            .set_state(TimerState::Disarmed, SetTimeFlags::Default);
+    }
+}
+
+impl TimerReader {
+    /// Blocks until the timer fires.
+    pub(crate) fn wait(&self) {
+        self.fd.read();
+    }
+}

@@ -1,0 +1,184 @@
+//! [`Builder`]: validates settings, starts the workers, and waits until each one has
+//! applied its priority, so a priority that cannot be applied is a `build()` error.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use super::shared::{Config, Shared};
+use crate::driver::nanos;
+use crate::{Error, Priority, Scheduler};
+
+/// Most worker threads one scheduler may have.
+pub const MAX_WORKERS: usize = 256;
+/// Smallest slack: re-arm delays are rounded up to the slack, so this bounds how often a
+/// work returning `Next::Again` with a zero period can run (10,000 times a second).
+pub const MIN_SLACK: Duration = Duration::from_micros(100);
+/// Largest slack.
+pub const MAX_SLACK: Duration = Duration::from_secs(10);
+const DEFAULT_SLACK: Duration = Duration::from_millis(1);
+
+/// Configures and starts a [`Scheduler`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Priority, Scheduler};
+///
+/// let sched = Scheduler::builder()
+///     .name("maint")
+///     .priority(Priority::Nice(19))
+///     .workers(2)
+///     .slack(Duration::from_millis(5))
+///     .build()?;
+/// assert_eq!(sched.workers(), 2);
+/// # Ok::<(), nicework::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    name: String,
+    priority: Priority,
+    workers: usize,
+    slack: Duration,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            name: "nicework".into(),
+            priority: Priority::default(),
+            workers: 1,
+            slack: DEFAULT_SLACK,
+        }
+    }
+}
+
+impl Builder {
+    /// Thread name prefix; workers are called `{name}-{index}` (Linux keeps 15 bytes).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Worker priority, [`Priority::Nice(19)`](Priority::Nice) by default.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Number of worker threads (the workqueue's `max_active`), 1 by default. Checked by
+    /// [`build`](Self::build): 0 or more than [`MAX_WORKERS`] is an error.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    /// How late a work may run so that neighbouring deadlines share one wakeup (1 ms by
+    /// default). It is also the wheel's tick and the smallest re-arm delay. Values outside
+    /// [`MIN_SLACK`]`..=`[`MAX_SLACK`] are clamped into that range (zero becomes
+    /// `MIN_SLACK`).
+    pub fn slack(mut self, slack: Duration) -> Self {
+        self.slack = slack;
+        self
+    }
+
+    /// Starts the workers and returns once each runs at the configured priority.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidWorkers`] for `workers(0)` or more than [`MAX_WORKERS`];
+    /// - [`Error::InvalidPriority`] for a nice value outside −20..=19;
+    /// - [`Error::InvalidName`] for a name with a NUL byte;
+    /// - [`Error::Priority`] when a worker may not take the priority (for example
+    ///   `Nice(n)` below the current nice without `CAP_SYS_NICE`);
+    /// - [`Error::Io`] when the timerfd or a thread cannot be created;
+    /// - [`Error::Unsupported`] in loom builds, where only [`Scheduler::manual`] exists.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{Error, Priority, Scheduler};
+    ///
+    /// assert!(matches!(
+    ///     Scheduler::builder().priority(Priority::Nice(40)).build(),
+    ///     Err(Error::InvalidPriority(40))
+    /// ));
+    /// ```
+    pub fn build(self) -> Result<Scheduler, Error> {
+        let config = self.validate()?;
+        start(config)
+    }
+
+    fn validate(self) -> Result<Config, Error> {
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(Error::InvalidWorkers(self.workers));
+        }
+        self.priority.validate()?;
+        if self.name.contains('\0') {
+            return Err(Error::InvalidName(self.name));
+        }
+        Ok(Config {
+            name: self.name,
+            priority: self.priority,
+            workers: self.workers,
+            slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK)),
+        })
+    }
+
+    /// The configuration a manual scheduler uses: the defaults, no threads.
+    pub(crate) fn manual_config() -> Config {
+        Builder::default()
+            .validate()
+            .expect("the default configuration is valid")
+    }
+}
+
+#[cfg(all(loom, feature = "loom"))]
+fn start(_config: Config) -> Result<Scheduler, Error> {
+    Err(Error::Unsupported(
+        "threaded schedulers in loom models; use Scheduler::manual()",
+    ))
+}
+
+#[cfg(not(all(loom, feature = "loom")))]
+fn start(config: Config) -> Result<Scheduler, Error> {
+    use crate::driver::timerfd::TimerSource;
+
+    let source = TimerSource::new()?;
+    let readers = (0..config.workers)
+        .map(|_| source.reader())
+        .collect::<Result<Vec<_>, _>>()?;
+    let shared = Arc::new(Shared::new(config, Some(source)));
+    // From here on, dropping `scheduler` shuts down and joins whatever was started.
+    let scheduler = Scheduler::counted(shared.clone());
+    let (started_tx, started_rx) = mpsc::channel();
+    for (index, reader) in readers.into_iter().enumerate() {
+        let thread_shared = shared.clone();
+        let tx = started_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("{}-{index}", shared.config.name))
+            .spawn(move || super::worker::main(thread_shared, reader, tx))?;
+        shared
+            .threads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(spawned);
+    }
+    drop(started_tx);
+    for _ in 0..shared.config.workers {
+        match started_rx.recv() {
+            Ok(Ok(tid)) => shared
+                .worker_tids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(tid),
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                return Err(Error::Io(std::io::Error::other(
+                    "a worker thread exited during start-up",
+                )))
+            }
+        }
+    }
+    Ok(scheduler)
+}

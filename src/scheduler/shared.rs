@@ -1,0 +1,579 @@
+//! The state a scheduler shares with its works and workers, and the work state machine.
+//!
+//! # Ground rules
+//!
+//! - One lock (`core`) covers the timer structure, every work's state word (writes only),
+//!   the programmed timerfd deadline and the worker bookkeeping. User callbacks never run
+//!   under it, and nothing that can call back into user code (a closure's destructor)
+//!   runs under it either, except dropping an `Arc` that is provably not the last one.
+//! - A run is *taken* under the lock (entry removed, `PENDING` cleared, `RUNNING` set),
+//!   executed unlocked, and *completed* under the lock (`RUNNING` cleared, the callback's
+//!   `Next` applied unless re-arms are refused). Waiters for the end of a run
+//!   (`cancel_sync`, `flush`) sleep on `run_done`, signalled by every completion that has
+//!   waiters.
+//! - Between take and call there is a `SeqCst` fence. `touch()`'s lock-free fast path is a
+//!   `SeqCst` load of the state word, so a touch that still finds the work pending is
+//!   covered by a run that sees every `SeqCst` write (or read-modify-write) the toucher
+//!   made before it: the touch is never lost to a run that missed its data.
+//! - Reference counting of the cell: the owning handle holds one `Arc`, the timer entry one
+//!   while armed, the running thread one while it runs. The handle's drop waits until no
+//!   run is in progress (or, from inside the run, marks the work `ORPHANED` so the runner
+//!   drops the last reference after the callback returned, outside the lock).
+//! - After shutdown (the last `Scheduler` handle dropped) nothing is armed again: arming
+//!   calls return `false`, runs already in progress finish, and their re-arm is refused.
+
+use std::any::Any;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::driver::timerfd::TimerSource;
+use crate::driver::{nanos, Clock};
+use crate::sync::{fence, lock, wait, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::timer::Timers;
+use crate::work::state::{
+    State, FIXED_PERIOD, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, STOPPED, YIELDED,
+};
+use crate::work::{frames, Ctx, Header, Next, RunCell};
+use crate::{Priority, Scheduler};
+
+pub(crate) type Cell = Arc<dyn RunCell>;
+
+/// Settings fixed at build time.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) name: String,
+    pub(crate) priority: Priority,
+    pub(crate) workers: usize,
+    pub(crate) slack_ns: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) timers: Timers<Cell>,
+    virtual_now_ns: u64,
+    pub(crate) shutdown: bool,
+    pub(crate) idle_workers: usize,
+    run_waiters: usize,
+    pub(crate) poller_blocked: bool,
+    pub(crate) programmed_ns: Option<u64>,
+    pub(crate) timer: Option<TimerSource>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    run_done: Condvar,
+    pub(crate) idle: Condvar,
+    pub(crate) clock: Clock,
+    pub(crate) config: Config,
+    pub(crate) handles: AtomicUsize,
+    pub(crate) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+    pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("config", &self.config)
+            .field("manual", &self.clock.is_manual())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run that was taken off the ready list and must now be executed.
+pub(crate) struct Taken {
+    pub(crate) cell: Cell,
+    pub(crate) deadline_ns: u64,
+}
+
+fn load(header: &Header) -> State {
+    State(header.state.load(Ordering::Relaxed))
+}
+
+fn store(header: &Header, state: State) {
+    header.state.store(state.0, Ordering::Release);
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, timer: Option<TimerSource>) -> Self {
+        let manual = timer.is_none();
+        Shared {
+            core: Mutex::new(Core {
+                timers: Timers::new(config.slack_ns),
+                virtual_now_ns: 0,
+                shutdown: false,
+                idle_workers: 0,
+                run_waiters: 0,
+                poller_blocked: false,
+                programmed_ns: None,
+                timer,
+            }),
+            run_done: Condvar::new(),
+            idle: Condvar::new(),
+            clock: Clock::new(manual),
+            config,
+            handles: AtomicUsize::new(1),
+            threads: std::sync::Mutex::new(Vec::new()),
+            worker_tids: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+
+    pub(crate) fn now_ns(&self, core: &Core) -> u64 {
+        if self.clock.is_manual() {
+            core.virtual_now_ns
+        } else {
+            self.clock.real_now_ns()
+        }
+    }
+
+    pub(crate) fn instant_at(&self, ns: u64) -> Instant {
+        self.clock.instant_at(ns)
+    }
+
+    fn slack_ns(&self) -> u64 {
+        self.config.slack_ns
+    }
+
+    // === arming, under the core lock ===
+
+    fn arm(&self, core: &mut Core, cell: &Cell, state: &mut State, deadline_ns: u64) {
+        let now = self.now_ns(core);
+        let key = core.timers.arm(cell.clone(), deadline_ns, now);
+        state.set_pending(key);
+        self.kick(core, deadline_ns, now);
+    }
+
+    fn arm_after(&self, core: &mut Core, cell: &Cell, state: &mut State, delay_ns: u64) {
+        let deadline = self.now_ns(core).saturating_add(delay_ns);
+        self.arm(core, cell, state, deadline);
+    }
+
+    /// Removes the work's timer entry, if any. The dropped `Arc` is never the last one:
+    /// the owning handle is alive whenever an entry exists.
+    fn disarm(&self, core: &mut Core, state: &mut State) -> bool {
+        if !state.has(PENDING) {
+            return false;
+        }
+        drop(core.timers.remove(state.key()));
+        state.clear_pending();
+        true
+    }
+
+    /// Makes sure some worker will look at a deadline it may not know about yet.
+    fn kick(&self, core: &mut Core, deadline_ns: u64, now_ns: u64) {
+        if core.shutdown || core.timer.is_none() {
+            return;
+        }
+        if deadline_ns <= now_ns && core.idle_workers > 0 {
+            self.idle.notify_one();
+            return;
+        }
+        if !core.poller_blocked {
+            // Every worker is busy; the next one to finish looks at the structure first.
+            return;
+        }
+        let wake_ns = if deadline_ns <= now_ns {
+            now_ns
+        } else {
+            deadline_ns
+                .div_ceil(self.slack_ns())
+                .saturating_mul(self.slack_ns())
+        };
+        if core.programmed_ns.map_or(true, |at| wake_ns < at) {
+            self.program(core, Some(wake_ns), now_ns);
+        }
+    }
+
+    /// Programs the timerfd for `wake_ns` (or disarms it), skipping the system call when
+    /// it is already set so.
+    pub(crate) fn program(&self, core: &mut Core, wake_ns: Option<u64>, now_ns: u64) {
+        if core.programmed_ns == wake_ns {
+            return;
+        }
+        if let Some(timer) = core.timer.as_mut() {
+            match wake_ns {
+                Some(at) => timer.program(at.saturating_sub(now_ns)),
+                None => timer.disarm(),
+            }
+            core.programmed_ns = wake_ns;
+        }
+    }
+
+    // === taking, executing and completing runs ===
+
+    /// Takes the first due work that is not running elsewhere. A due work that is still
+    /// running stays detached and is put back when its run completes.
+    pub(crate) fn take_ready(&self, core: &mut Core) -> Option<Taken> {
+        while let Some(key) = core.timers.pop_ready() {
+            let header = core.timers.value(key).header();
+            let mut state = load(header);
+            if state.has(RUNNING) {
+                continue;
+            }
+            let deadline_ns = core.timers.deadline_ns(key);
+            let cell = core.timers.remove(key);
+            state.clear_pending();
+            state.set(RUNNING);
+            store(cell.header(), state);
+            return Some(Taken { cell, deadline_ns });
+        }
+        None
+    }
+
+    /// Runs a taken work on the calling thread and completes it.
+    pub(crate) fn execute(self: &Arc<Self>, scheduler: &Scheduler, taken: Taken, started_ns: u64) {
+        // Pairs with touch()'s SeqCst load; see the module docs.
+        fence(Ordering::SeqCst);
+        let Taken { cell, deadline_ns } = taken;
+        let outcome = {
+            let name = cell.name();
+            let span = tracing::info_span!("nicework.run", work = name);
+            let _entered = span.enter();
+            let header = cell.header();
+            let mut cx = Ctx {
+                scheduler,
+                cell: &*cell,
+                deadline_ns,
+                started_ns,
+                runs: header.stats.runs() + 1,
+            };
+            let _frame = frames::enter(&cell);
+            let clock = Instant::now();
+            // SAFETY: we set RUNNING when this run was taken, and only `complete` below
+            // clears it.
+            let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { cell.call(&mut cx) }));
+            let busy = clock.elapsed();
+            let lateness = started_ns.saturating_sub(deadline_ns);
+            header.stats.record(
+                started_ns,
+                busy,
+                lateness,
+                matches!(outcome, Ok(Next::Park)),
+            );
+            if let Err(payload) = &outcome {
+                tracing::error!(
+                    work = name,
+                    panic = panic_message(payload.as_ref()),
+                    "work panicked; it is poisoned and will not run again"
+                );
+            }
+            outcome.ok()
+        };
+        self.complete(cell, outcome);
+    }
+
+    fn complete(&self, cell: Cell, next: Option<Next>) {
+        let mut core = self.lock();
+        let header = cell.header();
+        let mut state = load(header);
+        state.clear(RUNNING);
+        match next {
+            None => {
+                state.set(POISONED);
+                self.disarm(&mut core, &mut state);
+            }
+            Some(next) if !state.refuses_arm() && !core.shutdown => {
+                self.apply_next(&mut core, &cell, &mut state, next);
+            }
+            Some(_) => {}
+        }
+        if state.has(PENDING) {
+            // An instance that came due while we ran was detached; it may run now.
+            core.timers.make_ready(state.key());
+            let now = self.now_ns(&core);
+            let deadline = core.timers.deadline_ns(state.key());
+            self.kick(&mut core, deadline, now);
+        }
+        state.clear(REARM_REFUSED);
+        store(header, state);
+        if core.run_waiters > 0 {
+            self.run_done.notify_all();
+        }
+        if state.has(ORPHANED) {
+            // The handle is gone: ours is the last reference, and the closure's destructor
+            // is user code, so it runs after the lock is released.
+            drop(core);
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(cell))) {
+                tracing::error!(
+                    panic = panic_message(payload.as_ref()),
+                    "a work's closure panicked while being dropped"
+                );
+            }
+        } else {
+            // Not the last reference (the handle is alive), so nothing user-visible runs.
+            drop(cell);
+            drop(core);
+        }
+    }
+
+    fn apply_next(&self, core: &mut Core, cell: &Cell, state: &mut State, next: Next) {
+        let slack = self.slack_ns();
+        match next {
+            Next::Park => {}
+            Next::Stop => {
+                self.disarm(core, state);
+                state.set(STOPPED);
+            }
+            Next::Again | Next::After(_) if state.has(PENDING) => {}
+            Next::Again => {
+                let period = cell.header().period_ns.load(Ordering::Relaxed);
+                self.arm_after(core, cell, state, period.max(slack));
+            }
+            Next::After(delay) => self.arm_after(core, cell, state, nanos(delay).max(slack)),
+            Next::Yield => {
+                self.disarm(core, state);
+                let now = self.now_ns(core);
+                self.arm(core, cell, state, now);
+                state.set(YIELDED);
+            }
+        }
+    }
+
+    // === the operations behind `Work` ===
+
+    pub(crate) fn schedule(&self, cell: &Cell, delay: Duration) -> bool {
+        if load(cell.header()).has(PENDING) {
+            return false;
+        }
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        if core.shutdown || state.has(PENDING) || state.refuses_arm() {
+            return false;
+        }
+        self.set_period(cell, state, delay);
+        state.clear(STOPPED);
+        self.arm_after(&mut core, cell, &mut state, nanos(delay));
+        store(cell.header(), state);
+        true
+    }
+
+    pub(crate) fn reschedule(&self, cell: &Cell, delay: Duration) -> bool {
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        if core.shutdown || state.refuses_arm() {
+            return false;
+        }
+        let was_pending = self.disarm(&mut core, &mut state);
+        self.set_period(cell, state, delay);
+        state.clear(STOPPED);
+        self.arm_after(&mut core, cell, &mut state, nanos(delay));
+        store(cell.header(), state);
+        was_pending
+    }
+
+    fn set_period(&self, cell: &Cell, state: State, delay: Duration) {
+        if !state.has(FIXED_PERIOD) {
+            cell.header()
+                .period_ns
+                .store(nanos(delay), Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn touch(&self, cell: &Cell) {
+        // The fast path: one SeqCst load (a plain load on x86). See the module docs.
+        if cell.header().state.load(Ordering::SeqCst) & PENDING != 0 {
+            return;
+        }
+        self.touch_slow(cell);
+    }
+
+    #[cold]
+    fn touch_slow(&self, cell: &Cell) {
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        if core.shutdown || state.has(PENDING | STOPPED) || state.refuses_arm() {
+            return;
+        }
+        let period = cell.header().period_ns.load(Ordering::Relaxed);
+        self.arm_after(&mut core, cell, &mut state, period.max(self.slack_ns()));
+        store(cell.header(), state);
+    }
+
+    pub(crate) fn cancel(&self, cell: &Cell) -> bool {
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        let was_pending = self.disarm(&mut core, &mut state);
+        store(cell.header(), state);
+        was_pending
+    }
+
+    pub(crate) fn cancel_sync(&self, cell: &Cell) -> bool {
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        let was_pending = self.disarm(&mut core, &mut state);
+        if frames::is_running_here(cell) {
+            // Waiting for ourselves would deadlock: refuse this run's re-arm instead.
+            state.set(REARM_REFUSED);
+        } else if state.has(RUNNING) {
+            // "disable, flush, enable", as the kernel's cancel_delayed_work_sync.
+            let disabled = state.disable();
+            store(cell.header(), state);
+            core = self.wait_until_idle(core, cell);
+            state = load(cell.header());
+            if disabled {
+                state.enable();
+            }
+        }
+        store(cell.header(), state);
+        drop(core);
+        was_pending
+    }
+
+    fn wait_until_idle<'a>(
+        &'a self,
+        mut core: MutexGuard<'a, Core>,
+        cell: &Cell,
+    ) -> MutexGuard<'a, Core> {
+        core.run_waiters += 1;
+        while load(cell.header()).has(RUNNING) {
+            core = wait(&self.run_done, core);
+        }
+        core.run_waiters -= 1;
+        core
+    }
+
+    pub(crate) fn flush(self: &Arc<Self>, cell: &Cell) -> bool {
+        if frames::is_running_here(cell) {
+            return false;
+        }
+        let mut core = self.lock();
+        let state = load(cell.header());
+        if !state.has(PENDING | RUNNING) {
+            return false;
+        }
+        // A flush covers the instance pending when it started, plus the increments of a
+        // yielding work.
+        let mut take_pending = state.has(PENDING);
+        loop {
+            let mut state = load(cell.header());
+            if state.has(RUNNING) {
+                core = self.wait_until_idle(core, cell);
+                continue;
+            }
+            if core.shutdown || !state.has(PENDING) || !(take_pending || state.has(YIELDED)) {
+                return true;
+            }
+            take_pending = false;
+            let key = state.key();
+            let deadline_ns = core.timers.deadline_ns(key);
+            let taken = core.timers.remove(key);
+            state.clear_pending();
+            state.set(RUNNING);
+            store(cell.header(), state);
+            let now = self.now_ns(&core);
+            drop(core);
+            let scheduler = Scheduler::uncounted(self.clone());
+            self.execute(
+                &scheduler,
+                Taken {
+                    cell: taken,
+                    deadline_ns,
+                },
+                now,
+            );
+            core = self.lock();
+        }
+    }
+
+    pub(crate) fn disable(&self, cell: &Cell) -> bool {
+        let mut core = self.lock();
+        let mut state = load(cell.header());
+        let was_pending = self.disarm(&mut core, &mut state);
+        if !state.disable() {
+            tracing::warn!(work = cell.name(), "disable() nesting saturated");
+        }
+        store(cell.header(), state);
+        was_pending
+    }
+
+    pub(crate) fn enable(&self, cell: &Cell) {
+        let _core = self.lock();
+        let mut state = load(cell.header());
+        if state.enable() {
+            store(cell.header(), state);
+        }
+    }
+
+    /// The owning handle is being dropped.
+    pub(crate) fn release(&self, cell: &Cell) {
+        if frames::is_running_here(cell) {
+            let mut core = self.lock();
+            let mut state = load(cell.header());
+            self.disarm(&mut core, &mut state);
+            state.set(REARM_REFUSED | ORPHANED);
+            store(cell.header(), state);
+        } else {
+            self.cancel_sync(cell);
+        }
+    }
+
+    /// Arms a new work (`every`) for its first run.
+    pub(crate) fn arm_new(&self, cell: &Cell, delay: Duration) {
+        let mut core = self.lock();
+        if core.shutdown {
+            return;
+        }
+        let mut state = load(cell.header());
+        self.arm_after(&mut core, cell, &mut state, nanos(delay));
+        store(cell.header(), state);
+    }
+
+    // === manual time ===
+
+    /// Moves virtual time forward by `by`, running every due work on the caller in
+    /// deadline order; returns the number of runs.
+    pub(crate) fn advance(self: &Arc<Self>, scheduler: &Scheduler, by: Duration) -> usize {
+        let mut core = self.lock();
+        let target = core.virtual_now_ns.saturating_add(nanos(by));
+        let mut runs = 0;
+        loop {
+            core.timers.expire(target);
+            let Some(taken) = self.take_ready(&mut core) else {
+                break;
+            };
+            core.virtual_now_ns = core.virtual_now_ns.max(taken.deadline_ns);
+            let now = core.virtual_now_ns;
+            drop(core);
+            self.execute(scheduler, taken, now);
+            runs += 1;
+            core = self.lock();
+        }
+        core.virtual_now_ns = core.virtual_now_ns.max(target);
+        runs
+    }
+
+    // === shutdown ===
+
+    /// Cancels every armed work and wakes every worker so it exits.
+    pub(crate) fn shutdown(&self) {
+        let mut core = self.lock();
+        if core.shutdown {
+            return;
+        }
+        core.shutdown = true;
+        for cell in core.timers.drain() {
+            let mut state = load(cell.header());
+            state.clear_pending();
+            store(cell.header(), state);
+            // Not the last reference: every armed work's handle is alive (see `disarm`).
+            drop(cell);
+        }
+        self.idle.notify_all();
+        if let Some(timer) = core.timer.as_mut() {
+            timer.program(1);
+        }
+        core.programmed_ns = None;
+    }
+}
+
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)")
+}

@@ -1,0 +1,85 @@
+//! The worker thread loop (leader/follower over one timerfd).
+//!
+//! Each worker, with the core lock held:
+//! 1. moves everything due from the wheel to the ready list;
+//! 2. takes the first ready work that is not running elsewhere and runs it unlocked;
+//! 3. else, if no worker is blocked on the timerfd, becomes the *poller*: programs the
+//!    timerfd for the next occupied slot (or disarms it when nothing is armed), marks itself
+//!    blocked and sleeps in `read(2)`;
+//! 4. else sleeps on the `idle` condition variable as a follower.
+//!
+//! With every work parked the poller's timerfd is disarmed and followers wait on the
+//! condvar: zero wakeups per second. Arming from another thread either notifies an idle
+//! follower (due now) or re-programs the timerfd if the new deadline is earlier than the
+//! programmed one (see `Shared::kick`). A worker that takes a run while others idle hands
+//! the poller role on, so due works never wait for a busy thread.
+
+use std::cell::Cell;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use super::shared::Shared;
+use crate::driver::timerfd::TimerReader;
+use crate::sync::{thread_local, wait};
+use crate::{Error, Scheduler};
+
+thread_local! {
+    /// The scheduler this thread is a worker of, so shutdown never joins itself.
+    static WORKER_OF: Cell<usize> = Cell::new(0);
+}
+
+/// Whether the current thread is one of `shared`'s workers.
+pub(crate) fn is_worker_of(shared: &Shared) -> bool {
+    WORKER_OF.with(|of| of.get() == shared as *const Shared as usize)
+}
+
+pub(crate) fn main(
+    shared: Arc<Shared>,
+    reader: TimerReader,
+    started: Sender<Result<libc::pid_t, Error>>,
+) {
+    let priority = shared.config.priority;
+    if let Err(source) = priority.apply_to_current_thread() {
+        let _ = started.send(Err(Error::Priority { priority, source }));
+        return;
+    }
+    WORKER_OF.with(|of| of.set(Arc::as_ptr(&shared) as usize));
+    let _ = started.send(Ok(crate::priority::current_tid()));
+    drop(started);
+
+    let scheduler = Scheduler::uncounted(shared.clone());
+    let mut core = shared.lock();
+    loop {
+        if core.shutdown {
+            break;
+        }
+        let now = shared.now_ns(&core);
+        core.timers.expire(now);
+        if let Some(taken) = shared.take_ready(&mut core) {
+            if core.idle_workers > 0 && (core.timers.has_ready() || !core.poller_blocked) {
+                shared.idle.notify_one();
+            }
+            drop(core);
+            shared.execute(&scheduler, taken, now);
+            core = shared.lock();
+            continue;
+        }
+        if !core.poller_blocked {
+            let wake = core.timers.next_wake_ns(now);
+            shared.program(&mut core, wake, now);
+            core.poller_blocked = true;
+            drop(core);
+            reader.wait();
+            core = shared.lock();
+            core.poller_blocked = false;
+            core.programmed_ns = None;
+            continue;
+        }
+        core.idle_workers += 1;
+        core = wait(&shared.idle, core);
+        core.idle_workers -= 1;
+    }
+    // Leave the poller role to another exiting worker.
+    drop(core);
+    shared.idle.notify_all();
+}

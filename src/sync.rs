@@ -1,0 +1,59 @@
+//! The one place that picks `std` or `loom` primitives.
+//!
+//! Everything in nicework that other threads can observe (the scheduler core lock, the
+//! condition variables, the work state words, the thread-local run frames) is built from
+//! the names re-exported here, so a loom model of a user's type explores nicework's
+//! interleavings too. Loom is picked only when both `--cfg loom` and the `loom` feature are
+//! set, so a downstream crate that sets `--cfg loom` for its own models does not get a loom
+//! build of nicework by accident (the sharded-slab rule).
+//!
+//! `Arc` is always `std`'s: works are stored as `Arc<dyn RunCell>`, and loom's `Arc` cannot
+//! be coerced to a trait object on stable Rust. The shared state inside is loom-tracked.
+
+#[cfg(all(loom, feature = "loom"))]
+mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+    pub(crate) use loom::thread_local;
+}
+
+#[cfg(not(all(loom, feature = "loom")))]
+mod imp {
+    pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+    pub(crate) use std::thread_local;
+
+    /// `std::cell::UnsafeCell` with loom's closure-based API, so call sites are the same
+    /// in both builds and loom can check them for concurrent access.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+}
+
+pub(crate) use imp::*;
+
+/// Locks `mutex`, ignoring poisoning: nicework never panics while holding its own locks
+/// (user callbacks run unlocked and inside `catch_unwind`), so a poisoned lock can only come
+/// from a bug that already reported itself, and the data is still consistent.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Waits on `condvar`, ignoring poisoning for the reason given at [`lock`].
+pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

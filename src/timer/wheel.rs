@@ -1,0 +1,143 @@
+//! Hierarchical timing wheel: where an armed entry waits until it is due.
+//!
+//! # Layout
+//!
+//! Six levels of 64 slots. A slot at level `L` covers `64^L` ticks, so level 0 holds the
+//! next 64 ticks one per slot and level 5 reaches `64^6` ticks (2.2 years at the default
+//! 1 ms tick). Each slot is the head of an intrusive doubly-linked list threaded through
+//! the entries' `prev`/`next` fields (the entries live in the [`Timers`](super::Timers)
+//! slab), and each level keeps an `occupied` bitmap, so arming and cancelling are O(1)
+//! and finding the next deadline is one `trailing_zeros` per level.
+//!
+//! # Ground rules
+//!
+//! - `elapsed` is the last tick processed. An entry is only ever inserted with a tick
+//!   `> elapsed` (the caller puts anything earlier straight onto the ready list).
+//! - An entry's level is the highest 6-bit digit in which its tick differs from
+//!   `elapsed` (tokio's `level_for`); the slot is that digit of its tick. So a level-`L`
+//!   slot is processed exactly when `elapsed` reaches the start of its range, and its
+//!   entries are re-inserted one level lower (cascaded) or, at level 0, are due.
+//! - Ticks beyond the horizon are placed in level 5 by their digit there and cascaded
+//!   again when that slot comes round: their exact tick is kept, so an entry is never due
+//!   before its deadline, however far away it is.
+
+/// Number of levels.
+pub(crate) const LEVELS: usize = 6;
+/// Slots per level.
+pub(crate) const SLOTS: usize = 64;
+const SLOT_BITS: u32 = 6;
+/// First tick distance that no longer fits the wheel.
+const HORIZON: u64 = 1 << (SLOT_BITS as usize * LEVELS);
+
+/// Marks the end of an intrusive list.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// The slot heads and occupancy bitmaps; the list links live in the entries.
+#[derive(Debug)]
+pub(crate) struct Wheel {
+    /// Last tick processed.
+    pub(crate) elapsed: u64,
+    occupied: [u64; LEVELS],
+    heads: [[u32; SLOTS]; LEVELS],
+}
+
+/// A slot that `next_expiration` found, with the tick at which it must be processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Expiration {
+    pub(crate) level: usize,
+    pub(crate) slot: usize,
+    pub(crate) tick: u64,
+}
+
+impl Wheel {
+    pub(crate) fn new() -> Self {
+        Wheel {
+            elapsed: 0,
+            occupied: [0; LEVELS],
+            heads: [[NIL; SLOTS]; LEVELS],
+        }
+    }
+
+    /// Level and slot for an entry due at `tick` (`tick > self.elapsed`).
+    pub(crate) fn position(&self, tick: u64) -> (usize, usize) {
+        debug_assert!(tick > self.elapsed);
+        let mut masked = (self.elapsed ^ tick) | (SLOTS as u64 - 1);
+        if masked >= HORIZON {
+            masked = HORIZON - 1;
+        }
+        let significant = 63 - masked.leading_zeros();
+        let level = (significant / SLOT_BITS) as usize;
+        let slot = ((tick >> (level as u32 * SLOT_BITS)) as usize) & (SLOTS - 1);
+        (level, slot)
+    }
+
+    pub(crate) fn head(&self, level: usize, slot: usize) -> u32 {
+        self.heads[level][slot]
+    }
+
+    /// Sets a slot's list head and keeps the occupancy bit in step with it.
+    pub(crate) fn set_head(&mut self, level: usize, slot: usize, key: u32) {
+        self.heads[level][slot] = key;
+        if key == NIL {
+            self.occupied[level] &= !(1 << slot);
+        } else {
+            self.occupied[level] |= 1 << slot;
+        }
+    }
+
+    /// The earliest slot that must be processed, if any entry is in the wheel.
+    pub(crate) fn next_expiration(&self) -> Option<Expiration> {
+        (0..LEVELS).find_map(|level| self.next_in_level(level))
+    }
+
+    fn next_in_level(&self, level: usize) -> Option<Expiration> {
+        let occupied = self.occupied[level];
+        if occupied == 0 {
+            return None;
+        }
+        let shift = level as u32 * SLOT_BITS;
+        let now_slot = ((self.elapsed >> shift) as usize) & (SLOTS - 1);
+        let slot = (occupied.rotate_right(now_slot as u32).trailing_zeros() as usize + now_slot)
+            & (SLOTS - 1);
+        let slot_range = 1u64 << shift;
+        let level_range = slot_range << SLOT_BITS;
+        let level_start = self.elapsed & !(level_range.wrapping_sub(1));
+        let mut tick = level_start + slot as u64 * slot_range;
+        if tick <= self.elapsed {
+            // Only entries clamped past the horizon sit "behind" the cursor; they are
+            // cascaded when the level comes round again.
+            tick = tick.saturating_add(level_range);
+        }
+        Some(Expiration { level, slot, tick })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_ticks_go_to_level_zero_in_their_own_slot() {
+        let wheel = Wheel::new();
+        assert_eq!(wheel.position(1), (0, 1));
+        assert_eq!(wheel.position(63), (0, 63));
+        assert_eq!(wheel.position(64), (1, 1));
+        assert_eq!(wheel.position(64 * 64), (2, 1));
+    }
+
+    #[test]
+    fn far_ticks_are_clamped_to_the_top_level() {
+        let wheel = Wheel::new();
+        assert_eq!(wheel.position(u64::MAX).0, LEVELS - 1);
+    }
+
+    #[test]
+    fn next_expiration_is_the_start_of_the_slot_range() {
+        let mut wheel = Wheel::new();
+        wheel.elapsed = 10;
+        let (level, slot) = wheel.position(200);
+        wheel.set_head(level, slot, 0);
+        let exp = wheel.next_expiration().unwrap();
+        assert_eq!((exp.level, exp.slot, exp.tick), (1, 3, 192));
+    }
+}

@@ -1,0 +1,122 @@
+//! What a callback receives ([`Ctx`]) and returns ([`Next`]).
+
+use std::time::{Duration, Instant};
+
+use super::RunCell;
+use crate::sync::Ordering;
+use crate::Scheduler;
+
+/// What a work's callback asks for next.
+///
+/// Every re-arm delay below the scheduler's slack (including zero) is rounded up to the
+/// slack, so a callback can never spin a core by returning `Again` with a zero period;
+/// [`Next::Yield`] is the explicit "run me again as soon as the others had their turn".
+///
+/// A re-arm is refused while the work is disabled or being cancelled
+/// ([`Work::cancel_sync`](crate::Work::cancel_sync)), and it leaves an instance that was
+/// armed during the run (by `touch`, `schedule`, ...) where it is, as the kernel's
+/// `queue_delayed_work` on a pending work does.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let mut left = 3;
+/// let work = sched.every(Duration::from_millis(5), move |_| {
+///     left -= 1;
+///     if left == 0 { Next::Park } else { Next::Again }
+/// });
+/// sched.advance(Duration::from_millis(100));
+/// assert_eq!(work.stats().runs, 3);
+/// assert!(!work.is_pending());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Re-arm after the work's period, measured from the end of this run (fixed delay: no
+    /// burst of catch-up runs after a stall).
+    Again,
+    /// Re-arm after this delay; the period is unchanged.
+    After(Duration),
+    /// More to do: run again as soon as the other due works had their turn. A thread
+    /// blocked in [`Work::flush`](crate::Work::flush) takes the remaining increments.
+    Yield,
+    /// Nothing to do: stay disarmed until `touch()` or `schedule()`.
+    Park,
+    /// Done for good: `touch()` no longer arms it; a later `schedule()` or `reschedule()`
+    /// does.
+    Stop,
+}
+
+/// The context a callback runs in.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let work = sched
+///     .every(Duration::from_millis(20), |cx| {
+///         assert_eq!(cx.name(), "purge");
+///         assert_eq!(cx.period(), Duration::from_millis(20));
+///         assert_eq!(cx.lateness(), Duration::ZERO); // virtual time is never late
+///         assert!(cx.runs() >= 1);
+///         Next::Again
+///     })
+///     .named("purge");
+/// assert_eq!(sched.advance(Duration::from_millis(60)), 3);
+/// ```
+pub struct Ctx<'a> {
+    pub(crate) scheduler: &'a Scheduler,
+    pub(crate) cell: &'a dyn RunCell,
+    pub(crate) deadline_ns: u64,
+    pub(crate) started_ns: u64,
+    pub(crate) runs: u64,
+}
+
+impl Ctx<'_> {
+    /// The deadline this run was armed for.
+    pub fn deadline(&self) -> Instant {
+        self.scheduler.instant_at(self.deadline_ns)
+    }
+
+    /// How long after its deadline this run started.
+    pub fn lateness(&self) -> Duration {
+        Duration::from_nanos(self.started_ns.saturating_sub(self.deadline_ns))
+    }
+
+    /// This run's number, counting from 1.
+    pub fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    /// The work's period: what `Next::Again` and `touch()` re-arm it for.
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.cell.header().period_ns.load(Ordering::Relaxed))
+    }
+
+    /// The scheduler running this work.
+    pub fn scheduler(&self) -> &Scheduler {
+        self.scheduler
+    }
+
+    /// The work's name (its [`Work::named`](crate::Work::named) name, or the closure's
+    /// type name).
+    pub fn name(&self) -> &str {
+        self.cell.name()
+    }
+}
+
+impl std::fmt::Debug for Ctx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("name", &self.name())
+            .field("runs", &self.runs)
+            .field("lateness", &self.lateness())
+            .finish()
+    }
+}

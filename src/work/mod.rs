@@ -1,0 +1,335 @@
+//! [`Work`]: a callback plus its arming state, and the owning handle to it.
+//!
+//! # The state machine
+//!
+//! ```text
+//!            schedule / reschedule / touch / every
+//!   idle ─────────────────────────────────────────▶ armed (PENDING: in the wheel)
+//!    ▲  ◀──────────── cancel / cancel_sync / disable ──┘ │ due
+//!    │                                                   ▼
+//!    │   Park / Stop / refused re-arm        running (RUNNING: one thread)
+//!    └──────────────────────────────────────────────┤  │ Again / After / Yield
+//!                                                    │  └──────────────▶ armed
+//!                           panic ──▶ poisoned (never runs again)
+//! ```
+//!
+//! A work may be armed *and* running (touched or scheduled during its own run): the new
+//! instance waits until the run ends, so the callback never runs on two threads at once.
+//! See [`state`] for the word that encodes this and the scheduler's `shared` module for
+//! how transitions are ordered.
+
+mod cell;
+mod ctx;
+pub(crate) mod frames;
+pub(crate) mod state;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) use cell::{Header, RunCell};
+pub use ctx::{Ctx, Next};
+pub(crate) use stats::StatsCell;
+pub use stats::WorkStats;
+
+use crate::scheduler::shared::{Cell, Shared};
+use crate::sync::Ordering;
+use crate::Scheduler;
+use cell::WorkCell;
+use state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
+
+/// The owning handle of a delayed work (the kernel's `struct delayed_work`).
+///
+/// Dropping it is [`cancel_sync`](Self::cancel_sync): when `drop` returns, the callback is
+/// not running and never runs again, and the closure has been dropped. Dropped from inside
+/// its own callback, the work is cancelled at once and its closure is freed right after
+/// the callback returns.
+///
+/// After the scheduler was shut down (its last handle dropped), arming calls return
+/// `false`, `touch` does nothing, `cancel*` return `false` and `flush` returns `false`
+/// unless it had to wait for a run still in progress.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let work = sched.work(|_| Next::Park).named("purge");
+/// assert!(work.schedule(Duration::from_millis(10)));
+/// assert!(!work.schedule(Duration::from_millis(1))); // already pending: unchanged
+/// assert!(work.reschedule(Duration::from_millis(1))); // moved
+/// assert_eq!(sched.advance(Duration::from_millis(1)), 1);
+/// work.touch(); // parked: armed again for its period (1 ms)
+/// assert!(work.is_pending());
+/// assert!(work.cancel_sync());
+/// ```
+pub struct Work {
+    cell: Cell,
+    shared: Arc<Shared>,
+}
+
+impl Work {
+    pub(crate) fn new<F>(scheduler: &Scheduler, f: F, period_ns: u64, fixed: bool) -> Work
+    where
+        F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        let flags = if fixed { FIXED_PERIOD } else { 0 };
+        let cell: Cell = Arc::new(WorkCell::new(Header::new(flags, period_ns), f));
+        Work {
+            cell,
+            shared: scheduler.shared().clone(),
+        }
+    }
+
+    pub(crate) fn cell(&self) -> &Cell {
+        &self.cell
+    }
+
+    fn state(&self) -> State {
+        State(self.cell.header().state.load(Ordering::Acquire))
+    }
+
+    /// Arms the work for `now + delay` unless it is already pending (the kernel's
+    /// `queue_delayed_work`). A zero delay runs it at the next opportunity. For a
+    /// [`work`](Scheduler::work) it also sets the period to `delay`; an
+    /// [`every`](Scheduler::every) work keeps its period. Delays saturate at about 584
+    /// years.
+    ///
+    /// Returns `false` (and changes nothing) if it was already pending, or is disabled,
+    /// poisoned, being cancelled, or its scheduler was shut down. It may arm a work that is
+    /// running: the new instance runs after the current one ends.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.work(|_| Next::Park);
+    /// assert!(work.schedule(Duration::ZERO));
+    /// assert!(!work.schedule(Duration::ZERO));
+    /// assert_eq!(sched.advance(Duration::ZERO), 1);
+    /// ```
+    pub fn schedule(&self, delay: Duration) -> bool {
+        self.shared.schedule(&self.cell, delay)
+    }
+
+    /// Arms the work for exactly `now + delay`, moving a pending deadline (the kernel's
+    /// `mod_delayed_work`). Returns whether it was pending before. Refused (returning
+    /// `false`, arming nothing) while disabled, poisoned or after shutdown.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.work(|_| Next::Park);
+    /// assert!(!work.reschedule(Duration::from_secs(60)));
+    /// assert!(work.reschedule(Duration::from_millis(1)));
+    /// assert_eq!(sched.advance(Duration::from_millis(1)), 1);
+    /// ```
+    pub fn reschedule(&self, delay: Duration) -> bool {
+        self.shared.reschedule(&self.cell, delay)
+    }
+
+    /// Activity hint: a parked work is armed for its period (at least the slack). On an
+    /// already armed work this is one load (about 1 ns). It does nothing on a work that is
+    /// disabled, poisoned, stopped by [`Next::Stop`], or whose scheduler is gone.
+    ///
+    /// A touch racing with the callback returning [`Next::Park`] is never lost: the work
+    /// ends armed. If the callback decides to park by reading data the toucher wrote,
+    /// write it with a `SeqCst` store or any read-modify-write (`fetch_add`, `swap`, ...)
+    /// before `touch()`: then a touch that finds the work still pending is covered by a
+    /// run that sees the write.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_millis(10), |_| Next::Park);
+    /// sched.advance(Duration::from_millis(10));
+    /// assert!(!work.is_pending());
+    /// work.touch();
+    /// assert!(work.is_pending());
+    /// ```
+    #[inline]
+    pub fn touch(&self) {
+        self.shared.touch(&self.cell)
+    }
+
+    /// Disarms the work without waiting for a running instance (the kernel's
+    /// `cancel_delayed_work`); that instance may still re-arm itself. Returns whether it
+    /// was pending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_millis(10), |_| Next::Again);
+    /// assert!(work.cancel());
+    /// assert!(!work.cancel());
+    /// assert_eq!(sched.advance(Duration::from_secs(1)), 0);
+    /// ```
+    pub fn cancel(&self) -> bool {
+        self.shared.cancel(&self.cell)
+    }
+
+    /// Disarms the work, refuses every re-arm (including the running callback's own
+    /// `Next::Again`) until it returns, and waits for a running instance to finish. Returns
+    /// whether it was pending. Afterwards the callback does not run again until a later
+    /// `schedule`/`reschedule`/`touch`.
+    ///
+    /// Called from inside the work's own callback it cannot wait for itself: it disarms,
+    /// refuses this run's own re-arm, and returns at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::new()?;
+    /// let work = sched.every(Duration::from_millis(1), |_| Next::Again);
+    /// std::thread::sleep(Duration::from_millis(5));
+    /// work.cancel_sync();
+    /// assert!(!work.is_running() && !work.is_pending());
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn cancel_sync(&self) -> bool {
+        self.shared.cancel_sync(&self.cell)
+    }
+
+    /// If the work is pending, runs it now on the calling thread (at the caller's
+    /// priority) and returns when it finished; if it is running, waits for that run.
+    /// A work that returns [`Next::Yield`] is taken over: the flusher runs its remaining
+    /// increments itself. Returns `true` if it ran or waited, `false` if the work was idle.
+    ///
+    /// Called from inside the work's own callback it returns `false` and changes nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_secs(3600), |_| Next::Park);
+    /// assert!(work.flush()); // ran now, on this thread
+    /// assert_eq!(work.stats().runs, 1);
+    /// assert!(!work.flush()); // parked: nothing to flush
+    /// ```
+    pub fn flush(&self) -> bool {
+        self.shared.flush(&self.cell)
+    }
+
+    /// Adds one level of disabling (the kernel's `disable_work`): while any is held nothing
+    /// can arm the work. Also cancels a pending instance; returns whether there was one.
+    /// Nesting saturates at about 16 million levels.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_millis(10), |_| Next::Again);
+    /// assert!(work.disable());
+    /// assert!(!work.schedule(Duration::ZERO));
+    /// work.enable();
+    /// assert!(work.schedule(Duration::ZERO));
+    /// ```
+    pub fn disable(&self) -> bool {
+        self.shared.disable(&self.cell)
+    }
+
+    /// Removes one level of disabling. Without a matching [`disable`](Self::disable) it
+    /// does nothing. It does not re-arm the work.
+    pub fn enable(&self) {
+        self.shared.enable(&self.cell)
+    }
+
+    /// Whether the work is armed (waiting for its deadline or due).
+    pub fn is_pending(&self) -> bool {
+        self.state().has(PENDING)
+    }
+
+    /// Whether its callback is executing on some thread.
+    pub fn is_running(&self) -> bool {
+        self.state().has(RUNNING)
+    }
+
+    /// Whether its callback panicked (it never runs again).
+    pub fn is_poisoned(&self) -> bool {
+        self.state().has(POISONED)
+    }
+
+    /// Whether [`disable`](Self::disable) levels are held.
+    pub fn is_disabled(&self) -> bool {
+        self.state().disabled() > 0
+    }
+
+    /// The period used by [`Next::Again`] and [`touch`](Self::touch).
+    pub fn period(&self) -> Duration {
+        Duration::from_nanos(self.cell.header().period_ns.load(Ordering::Relaxed))
+    }
+
+    /// A snapshot of its statistics.
+    pub fn stats(&self) -> WorkStats {
+        self.cell
+            .header()
+            .stats
+            .snapshot(|ns| self.shared.instant_at(ns))
+    }
+
+    /// Gives the work a name for tracing spans, panic events and [`Ctx::name`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.work(|_| Next::Park);
+    /// assert!(work.name().contains("closure"));
+    /// let work = work.named("shard-7 purge");
+    /// assert_eq!(work.name(), "shard-7 purge");
+    /// ```
+    pub fn named(self, name: impl Into<String>) -> Work {
+        self.cell.header().set_name(name.into().into_boxed_str());
+        self
+    }
+
+    /// The work's name: its [`named`](Self::named) name, or the closure's type name.
+    pub fn name(&self) -> &str {
+        self.cell.name()
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        self.shared.release(&self.cell);
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Work")
+            .field("name", &self.name())
+            .field("pending", &self.is_pending())
+            .field("running", &self.is_running())
+            .field("poisoned", &self.is_poisoned())
+            .finish()
+    }
+}

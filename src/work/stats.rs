@@ -1,0 +1,123 @@
+//! Per-work statistics: the columns of the kernel patch's `task_mm_cid_work` table.
+//!
+//! Only the thread running the work writes them (runs are exclusive), so each field is a
+//! relaxed load and store, never a read-modify-write; readers may see fields of two
+//! adjacent runs mixed, which is fine for statistics.
+
+use std::time::{Duration, Instant};
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// A snapshot of a work's statistics, from [`Work::stats`](crate::Work::stats).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let work = sched.every(Duration::from_millis(10), |_| Next::Park);
+/// sched.advance(Duration::from_millis(10));
+/// let stats = work.stats();
+/// assert_eq!((stats.runs, stats.parks), (1, 1));
+/// assert!(stats.last_run.is_some());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct WorkStats {
+    /// Completed runs, including ones that panicked.
+    pub runs: u64,
+    /// Runs that returned [`Next::Park`](crate::Next::Park).
+    pub parks: u64,
+    /// Wall time spent in the callback, summed over all runs.
+    pub busy_total: Duration,
+    /// The longest single run.
+    pub busy_max: Duration,
+    /// The largest delay between a deadline and the start of its run.
+    pub lateness_max: Duration,
+    /// When the latest run started (in the scheduler's clock: virtual for `manual()`).
+    pub last_run: Option<Instant>,
+}
+
+impl WorkStats {
+    /// Mean time per run, or zero before the first run.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(nicework::WorkStats::default().busy_avg(), std::time::Duration::ZERO);
+    /// ```
+    pub fn busy_avg(&self) -> Duration {
+        match u32::try_from(self.runs) {
+            Ok(0) => Duration::ZERO,
+            Ok(runs) => self.busy_total / runs,
+            Err(_) => {
+                Duration::from_nanos((self.busy_total.as_nanos() / u128::from(self.runs)) as u64)
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct StatsCell {
+    runs: AtomicU64,
+    parks: AtomicU64,
+    busy_total_ns: AtomicU64,
+    busy_max_ns: AtomicU64,
+    lateness_max_ns: AtomicU64,
+    /// Start of the latest run in scheduler ns, plus one (zero: never ran).
+    last_run_ns: AtomicU64,
+}
+
+impl StatsCell {
+    pub(crate) fn new() -> Self {
+        StatsCell {
+            runs: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
+            busy_total_ns: AtomicU64::new(0),
+            busy_max_ns: AtomicU64::new(0),
+            lateness_max_ns: AtomicU64::new(0),
+            last_run_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn runs(&self) -> u64 {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// Records a run; only the thread that ran it calls this.
+    pub(crate) fn record(&self, started_ns: u64, busy: Duration, lateness_ns: u64, parked: bool) {
+        let busy_ns = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
+        let bump = |field: &AtomicU64, by: u64| {
+            field.store(
+                field.load(Ordering::Relaxed).saturating_add(by),
+                Ordering::Relaxed,
+            )
+        };
+        let raise = |field: &AtomicU64, to: u64| {
+            if to > field.load(Ordering::Relaxed) {
+                field.store(to, Ordering::Relaxed);
+            }
+        };
+        bump(&self.runs, 1);
+        bump(&self.parks, u64::from(parked));
+        bump(&self.busy_total_ns, busy_ns);
+        raise(&self.busy_max_ns, busy_ns);
+        raise(&self.lateness_max_ns, lateness_ns);
+        self.last_run_ns
+            .store(started_ns.saturating_add(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, instant_at: impl Fn(u64) -> Instant) -> WorkStats {
+        let last = self.last_run_ns.load(Ordering::Relaxed);
+        WorkStats {
+            runs: self.runs.load(Ordering::Relaxed),
+            parks: self.parks.load(Ordering::Relaxed),
+            busy_total: Duration::from_nanos(self.busy_total_ns.load(Ordering::Relaxed)),
+            busy_max: Duration::from_nanos(self.busy_max_ns.load(Ordering::Relaxed)),
+            lateness_max: Duration::from_nanos(self.lateness_max_ns.load(Ordering::Relaxed)),
+            last_run: last.checked_sub(1).map(instant_at),
+        }
+    }
+}
