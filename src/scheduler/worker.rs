@@ -56,7 +56,15 @@ pub(crate) fn main(
         let now = shared.now_ns(&core);
         core.timers.expire(now);
         if let Some(taken) = shared.take_ready(&mut core) {
-            if core.idle_workers > 0 && (core.timers.has_ready() || !core.poller_blocked) {
+            // Hand on what this worker leaves behind: more due works go to an idle
+            // follower (or wake the poller), and someone must keep watching the timerfd.
+            if core.timers.has_ready() {
+                if core.idle_workers > 0 {
+                    shared.idle.notify_one();
+                } else if core.poller_blocked {
+                    shared.program(&mut core, Some(now), now);
+                }
+            } else if !core.poller_blocked && core.idle_workers > 0 {
                 shared.idle.notify_one();
             }
             drop(core);
