@@ -82,6 +82,8 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
+// In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
+#![cfg_attr(all(loom, feature = "loom"), allow(dead_code))]
 
 mod driver;
 mod error;

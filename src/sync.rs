@@ -57,3 +57,18 @@ pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexG
         .wait(guard)
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A load that must observe the caller's earlier `SeqCst` writes in the single total
+/// order (the `touch()` fast path; see the scheduler's `shared` module).
+///
+/// In real builds this is one `SeqCst` load: a plain `mov` on x86. Loom regards `SeqCst`
+/// accesses as `AcqRel` (its README lists this as a source of false alarms) but models
+/// `fence(SeqCst)` exactly, so loom builds spell the same guarantee as a `SeqCst` fence
+/// followed by the load, which is what the `SeqCst` load provides against `SeqCst` writes
+/// in the C++20 model. The other side of the protocol is the same in both builds.
+#[inline]
+pub(crate) fn load_ordered_after_seqcst_writes(atomic: &AtomicU64) -> u64 {
+    #[cfg(all(loom, feature = "loom"))]
+    fence(Ordering::SeqCst);
+    atomic.load(Ordering::SeqCst)
+}

@@ -1,1 +1,2 @@
 #![cfg(loom)]
+//! Loom models of nicework live in `tests/`; this crate only hosts them.

@@ -1,10 +1,9 @@
 //! [`Builder`]: validates settings, starts the workers, and waits until each one has
 //! applied its priority, so a priority that cannot be applied is a `build()` error.
 
-use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use super::shared::{Config, Shared};
+use super::shared::Config;
 use crate::driver::nanos;
 use crate::{Error, Priority, Scheduler};
 
@@ -142,6 +141,9 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 
 #[cfg(not(all(loom, feature = "loom")))]
 fn start(config: Config) -> Result<Scheduler, Error> {
+    use std::sync::{mpsc, Arc};
+
+    use super::shared::Shared;
     use crate::driver::timerfd::TimerSource;
 
     let source = TimerSource::new()?;

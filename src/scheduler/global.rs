@@ -1,8 +1,6 @@
 //! The lazily started default scheduler.
 
-use std::sync::OnceLock;
-
-use crate::{Priority, Scheduler};
+use crate::Scheduler;
 
 /// The process-wide default scheduler, started on first use with the defaults (one worker
 /// at `Nice(19)`), named `nicework`. It is never dropped.
@@ -29,6 +27,9 @@ pub fn global() -> &'static Scheduler {
     }
     #[cfg(not(all(loom, feature = "loom")))]
     {
+        use crate::Priority;
+        use std::sync::OnceLock;
+
         static GLOBAL: OnceLock<Scheduler> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             Scheduler::new()

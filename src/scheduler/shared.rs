@@ -29,7 +29,10 @@ use std::time::{Duration, Instant};
 
 use crate::driver::timerfd::TimerSource;
 use crate::driver::{nanos, Clock};
-use crate::sync::{fence, lock, wait, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{
+    fence, load_ordered_after_seqcst_writes, lock, wait, AtomicUsize, Condvar, Mutex, MutexGuard,
+    Ordering,
+};
 use crate::timer::Timers;
 use crate::work::state::{
     State, FIXED_PERIOD, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, STOPPED, YIELDED,
@@ -375,7 +378,7 @@ impl Shared {
 
     pub(crate) fn touch(&self, cell: &Cell) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
-        if cell.header().state.load(Ordering::SeqCst) & PENDING != 0 {
+        if load_ordered_after_seqcst_writes(&cell.header().state) & PENDING != 0 {
             return;
         }
         self.touch_slow(cell);
