@@ -153,7 +153,7 @@ fn enable_without_disable_does_nothing() {
     let work = sched.work(|_| Next::Park);
     work.enable();
     assert!(!work.is_disabled());
-    assert!(work.disable() == false && work.is_disabled());
+    assert!(!work.disable() && work.is_disabled());
     work.enable();
     assert!(work.schedule(MS));
 }

@@ -111,7 +111,7 @@ fn random_operations_keep_non_reentrancy_and_cancel_sync() {
                             work.cancel_sync();
                         } else {
                             let work = slot.work.lock().unwrap().take().unwrap();
-                            let work = Arc::try_unwrap(work).ok().expect("no op holds it");
+                            let work = Arc::into_inner(work).expect("no op holds it");
                             let (replacement, dropped) =
                                 make_work(&sched, slot, &checks, rng.next());
                             drop(replacement); // exercise drop of a never-armed work too
@@ -152,7 +152,7 @@ fn random_operations_keep_non_reentrancy_and_cancel_sync() {
     let ops: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
     for slot in slots.iter() {
         let work = slot.work.lock().unwrap().take().unwrap();
-        drop(Arc::try_unwrap(work).ok().unwrap());
+        drop(Arc::into_inner(work).unwrap());
     }
     drop(sched);
     let runs = checks.runs.load(Ordering::SeqCst);

@@ -10,7 +10,7 @@ use crate::Scheduler;
 ///
 /// # Panics
 ///
-/// If the default scheduler cannot start even at [`Priority::Normal`] (the process is out
+/// If the default scheduler cannot start even at [`Priority::Normal`](crate::Priority::Normal) (the process is out
 /// of file descriptors or threads). Use [`Scheduler::builder`] to handle that as an error.
 ///
 /// # Examples

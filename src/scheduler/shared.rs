@@ -15,8 +15,9 @@
 //!   `SeqCst` load of the state word, so a touch that still finds the work pending is
 //!   covered by a run that sees every `SeqCst` write (or read-modify-write) the toucher
 //!   made before it: the touch is never lost to a run that missed its data.
-//! - Reference counting of the cell: the owning handle holds one `Arc`, the timer entry one
-//!   while armed, the running thread one while it runs. The handle's drop waits until no
+//! - Reference counting of the cell: the owning handle holds one `Arc` and the running
+//!   thread one while it runs; a timer entry holds a non-owning [`ArmedRef`], valid
+//!   because an entry never outlives the handle. The handle's drop waits until no
 //!   run is in progress (or, from inside the run, marks the work `ORPHANED` so the runner
 //!   drops the last reference after the callback returned, outside the lock).
 //! - After shutdown (the last `Scheduler` handle dropped) nothing is armed again: arming
@@ -42,6 +43,47 @@ use crate::{Priority, Scheduler};
 
 pub(crate) type Cell = Arc<dyn RunCell>;
 
+/// What a timer entry stores: a non-owning pointer to the armed work.
+///
+/// Arming and cancelling are the hot operations, so they do no reference counting. This
+/// is sound because of the invariant in the module docs: while a work has a timer entry,
+/// its owning handle (which holds an `Arc`) is alive. Every path that lets go of the
+/// handle removes the entry first, under the core lock: drop (through `cancel_sync`, or
+/// `ORPHANED` from inside the run), and shutdown (which drains all entries). A run takes
+/// its own counted reference ([`ArmedRef::to_cell`]) while the handle is still alive.
+pub(crate) struct ArmedRef(*const dyn RunCell);
+
+// SAFETY: it points at a `Send + Sync` cell and is only dereferenced under the core lock
+// while the invariant above keeps the cell alive.
+unsafe impl Send for ArmedRef {}
+
+impl ArmedRef {
+    fn new(cell: &Cell) -> Self {
+        ArmedRef(Arc::as_ptr(cell))
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the entry exists, so the cell is alive (see the type's docs).
+        unsafe { (*self.0).header() }
+    }
+
+    /// A counted reference for running the work.
+    fn to_cell(&self) -> Cell {
+        // SAFETY: the pointer came from `Arc::as_ptr` of a live `Arc` (the handle's, kept
+        // alive by the invariant), so adding a strong count and adopting it is sound.
+        unsafe {
+            Arc::increment_strong_count(self.0);
+            Arc::from_raw(self.0)
+        }
+    }
+}
+
+impl std::fmt::Debug for ArmedRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ArmedRef").field(&self.0).finish()
+    }
+}
+
 /// Settings fixed at build time.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
@@ -53,7 +95,7 @@ pub(crate) struct Config {
 
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) timers: Timers<Cell>,
+    pub(crate) timers: Timers<ArmedRef>,
     virtual_now_ns: u64,
     pub(crate) shutdown: bool,
     pub(crate) idle_workers: usize,
@@ -143,25 +185,25 @@ impl Shared {
 
     // === arming, under the core lock ===
 
-    fn arm(&self, core: &mut Core, cell: &Cell, state: &mut State, deadline_ns: u64) {
-        let now = self.now_ns(core);
-        let key = core.timers.arm(cell.clone(), deadline_ns, now);
+    /// Arms for `deadline_ns`; `now_ns` is the caller's reading of the clock (reading it
+    /// costs more than the rest of an arm on some machines, so it is read once per call).
+    fn arm(&self, core: &mut Core, cell: &Cell, state: &mut State, deadline_ns: u64, now_ns: u64) {
+        let key = core.timers.arm(ArmedRef::new(cell), deadline_ns, now_ns);
         state.set_pending(key);
-        self.kick(core, deadline_ns, now);
+        self.kick(core, deadline_ns, now_ns);
     }
 
     fn arm_after(&self, core: &mut Core, cell: &Cell, state: &mut State, delay_ns: u64) {
-        let deadline = self.now_ns(core).saturating_add(delay_ns);
-        self.arm(core, cell, state, deadline);
+        let now = self.now_ns(core);
+        self.arm(core, cell, state, now.saturating_add(delay_ns), now);
     }
 
-    /// Removes the work's timer entry, if any. The dropped `Arc` is never the last one:
-    /// the owning handle is alive whenever an entry exists.
+    /// Removes the work's timer entry, if any.
     fn disarm(&self, core: &mut Core, state: &mut State) -> bool {
         if !state.has(PENDING) {
             return false;
         }
-        drop(core.timers.remove(state.key()));
+        core.timers.remove(state.key());
         state.clear_pending();
         true
     }
@@ -218,7 +260,7 @@ impl Shared {
                 continue;
             }
             let deadline_ns = core.timers.deadline_ns(key);
-            let cell = core.timers.remove(key);
+            let cell = core.timers.remove(key).to_cell();
             state.clear_pending();
             state.set(RUNNING);
             store(cell.header(), state);
@@ -330,7 +372,7 @@ impl Shared {
             Next::Yield => {
                 self.disarm(core, state);
                 let now = self.now_ns(core);
-                self.arm(core, cell, state, now);
+                self.arm(core, cell, state, now, now);
                 state.set(YIELDED);
             }
         }
@@ -376,6 +418,7 @@ impl Shared {
         }
     }
 
+    #[inline]
     pub(crate) fn touch(&self, cell: &Cell) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
         if load_ordered_after_seqcst_writes(&cell.header().state) & PENDING != 0 {
@@ -463,7 +506,7 @@ impl Shared {
             take_pending = false;
             let key = state.key();
             let deadline_ns = core.timers.deadline_ns(key);
-            let taken = core.timers.remove(key);
+            let taken = core.timers.remove(key).to_cell();
             state.clear_pending();
             state.set(RUNNING);
             store(cell.header(), state);
@@ -558,12 +601,10 @@ impl Shared {
             return;
         }
         core.shutdown = true;
-        for cell in core.timers.drain() {
-            let mut state = load(cell.header());
+        for armed in core.timers.drain() {
+            let mut state = load(armed.header());
             state.clear_pending();
-            store(cell.header(), state);
-            // Not the last reference: every armed work's handle is alive (see `disarm`).
-            drop(cell);
+            store(armed.header(), state);
         }
         self.idle.notify_all();
         if let Some(timer) = core.timer.as_mut() {

@@ -25,6 +25,8 @@ use crate::{Error, Scheduler};
 
 thread_local! {
     /// The scheduler this thread is a worker of, so shutdown never joins itself.
+    // loom's thread_local! has no `const { }` form, and this must build with both.
+    #[allow(clippy::missing_const_for_thread_local)]
     static WORKER_OF: Cell<usize> = Cell::new(0);
 }
 

@@ -83,10 +83,9 @@ unsafe impl Send for Header {}
 // SAFETY: as for `Send`; shared access only reads published, immutable names.
 unsafe impl Sync for Header {}
 
-/// A work as the scheduler sees it.
+/// A work as the scheduler sees it. The only implementation is [`WorkCell`], so every
+/// `dyn RunCell` starts with its [`Header`] (see `header` below).
 pub(crate) trait RunCell: Send + Sync + 'static {
-    fn header(&self) -> &Header;
-
     /// The closure's type name, the default work name.
     fn type_name(&self) -> &'static str;
 
@@ -108,6 +107,15 @@ impl std::fmt::Debug for dyn RunCell {
 }
 
 impl dyn RunCell {
+    /// The header, without a virtual call: `touch()` and every arm go through here.
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: the only implementor of the crate-private `RunCell` is `WorkCell<F>`,
+        // which is `repr(C)` with `header` as its first field, so the data pointer of any
+        // `dyn RunCell` points at a valid `Header` living as long as `self`.
+        unsafe { &*(self as *const dyn RunCell as *const Header) }
+    }
+
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
         self.header()
@@ -116,6 +124,8 @@ impl dyn RunCell {
     }
 }
 
+/// `repr(C)`, header first: see [`RunCell::header`](trait.RunCell.html).
+#[repr(C)]
 pub(crate) struct WorkCell<F> {
     header: Header,
     func: UnsafeCell<F>,
@@ -139,10 +149,6 @@ impl<F> RunCell for WorkCell<F>
 where
     F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
 {
-    fn header(&self) -> &Header {
-        &self.header
-    }
-
     fn type_name(&self) -> &'static str {
         std::any::type_name::<F>()
     }

@@ -12,6 +12,8 @@ use crate::scheduler::shared::Cell;
 use crate::sync::thread_local;
 
 thread_local! {
+    // loom's thread_local! has no `const { }` form, and this must build with both.
+    #[allow(clippy::missing_const_for_thread_local)]
     static RUNNING_HERE: RefCell<Vec<usize>> = RefCell::new(Vec::new());
 }
 
