@@ -115,7 +115,11 @@ fn rearm_pair() {
         let mut cx = std::task::Context::from_waker(waker);
         let now = tokio::time::Instant::now();
         let mut sleeps: Vec<_> = (0..REGISTERED)
-            .map(|i| Box::pin(tokio::time::sleep_until(now + far + Duration::from_millis(i as u64 % 100_000))))
+            .map(|i| {
+                Box::pin(tokio::time::sleep_until(
+                    now + far + Duration::from_millis(i as u64 % 100_000),
+                ))
+            })
             .collect();
         for sleep in &mut sleeps {
             let _ = sleep.as_mut().poll(&mut cx);

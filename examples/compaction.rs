@@ -40,7 +40,10 @@ fn main() -> Result<(), nicework::Error> {
         .collect();
 
     let tid = sched.worker_tids()[0];
-    println!("{:>6} {:>12} {:>12} {:>10} {:>12}", "t(ms)", "busy shards", "armed works", "wakeups", "purged");
+    println!(
+        "{:>6} {:>12} {:>12} {:>10} {:>12}",
+        "t(ms)", "busy shards", "armed works", "wakeups", "purged"
+    );
     let start = Instant::now();
     let mut last_switches = switches(tid);
     for step in 0..20u64 {
@@ -58,7 +61,10 @@ fn main() -> Result<(), nicework::Error> {
         }
         std::thread::sleep(Duration::from_millis(100));
         let now = switches(tid);
-        let purged: u64 = shards.iter().map(|s| s.purged.load(Ordering::Relaxed)).sum();
+        let purged: u64 = shards
+            .iter()
+            .map(|s| s.purged.load(Ordering::Relaxed))
+            .sum();
         println!(
             "{:>6} {:>12} {:>12} {:>10} {:>12}",
             start.elapsed().as_millis(),
@@ -71,7 +77,10 @@ fn main() -> Result<(), nicework::Error> {
     }
 
     println!("\nmaintenance works (1,000 shards):");
-    println!("{:>8} {:>8} {:>12} {:>12} {:>12}", "runs", "parks", "busy avg", "busy max", "busy sum");
+    println!(
+        "{:>8} {:>8} {:>12} {:>12} {:>12}",
+        "runs", "parks", "busy avg", "busy max", "busy sum"
+    );
     let (mut runs, mut parks) = (0, 0);
     let (mut sum, mut max) = (Duration::ZERO, Duration::ZERO);
     for shard in &shards {
@@ -81,7 +90,11 @@ fn main() -> Result<(), nicework::Error> {
         sum += stats.busy_total;
         max = max.max(stats.busy_max);
     }
-    let avg = if runs > 0 { sum / runs as u32 } else { Duration::ZERO };
+    let avg = if runs > 0 {
+        sum / runs as u32
+    } else {
+        Duration::ZERO
+    };
     println!("{runs:>8} {parks:>8} {avg:>12.2?} {max:>12.2?} {sum:>12.2?}");
     Ok(())
 }

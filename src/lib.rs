@@ -7,8 +7,8 @@
 //!   object is idle (a parked work is in no timer structure and causes no wakeup), and are
 //!   cancelled *synchronously* when dropped: when `drop` returns, the callback is not
 //!   running and never will again.
-//! - **Compacting concurrency IDs** (planned: `IdSpace`, `PerCid`), the user-space
-//!   counterpart of rseq `mm_cid`.
+//! - **Compacting concurrency IDs** ([`IdSpace`], [`PerCid`]), the user-space counterpart of
+//!   rseq `mm_cid`: dense ids that follow live concurrency as threads come and go.
 //!
 //! # Example: a per-object cleanup
 //!
@@ -85,6 +85,7 @@
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
 #![cfg_attr(all(loom, feature = "loom"), allow(dead_code))]
 
+pub mod cid;
 mod driver;
 mod error;
 mod priority;
@@ -93,6 +94,7 @@ mod sync;
 mod timer;
 mod work;
 
+pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{global, Builder, Scheduler, MAX_SLACK, MAX_WORKERS, MIN_SLACK};

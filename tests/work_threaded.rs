@@ -181,7 +181,10 @@ fn cancel_flush_and_drop_from_inside_the_callback_on_a_worker() {
         Next::Again
     });
     *slot.lock().unwrap() = Some(work);
-    assert!(!rx.recv_timeout(EVENTUALLY).unwrap(), "flush from inside returned true");
+    assert!(
+        !rx.recv_timeout(EVENTUALLY).unwrap(),
+        "flush from inside returned true"
+    );
     assert!(eventually(|| dropped.load(Ordering::SeqCst)));
     assert_eq!(sched.armed(), 0);
 }

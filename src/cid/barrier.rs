@@ -1,0 +1,103 @@
+//! Asymmetric fences: a free one for the hot side, an expensive one for the rare side.
+//!
+//! The ID fast path (`enter()`) must publish "I am pinned" and then read "which id do I
+//! own", and the reclaimer must publish "this id is revoked" and then read "is its thread
+//! pinned". Both are store→load orders, which normally need a full fence on *both* sides
+//! (Dekker). `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` lets the reclaimer pay for
+//! both: it makes every running thread of the process execute a full barrier (and a thread
+//! that is not running has passed one at its context switch), so the hot side needs only a
+//! compiler fence. This is the kernel's `sys_membarrier` pattern, as in folly's
+//! `asymmetricHeavyBarrier` and userspace RCU.
+//!
+//! Where membarrier is unavailable (kernels before 4.14, seccomp filters), [`light`]
+//! falls back to a real `SeqCst` fence, decided once per process. In loom builds both
+//! sides are `fence(SeqCst)`, which loom models exactly, so the models check the same
+//! ordering argument.
+
+#[cfg(not(all(loom, feature = "loom")))]
+mod imp {
+    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
+
+    const UNKNOWN: u8 = 0;
+    const EXPEDITED: u8 = 1;
+    const FENCES: u8 = 2;
+
+    static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+    const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+    /// Registers the process for expedited membarriers (once); call before any [`light`].
+    pub(crate) fn init() {
+        if MODE.load(Ordering::Acquire) != UNKNOWN {
+            return;
+        }
+        // SAFETY: membarrier takes integer arguments only and touches no memory of ours.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                0,
+                0,
+            )
+        };
+        let mode = if rc == 0 { EXPEDITED } else { FENCES };
+        MODE.store(mode, Ordering::Release);
+    }
+
+    /// The hot side's barrier: a compiler fence where membarrier works, else a fence.
+    #[inline(always)]
+    pub(crate) fn light() {
+        if MODE.load(Ordering::Relaxed) == EXPEDITED {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// The rare side's barrier: after it returns, every other thread's memory operations
+    /// before its last [`light`] are visible to us and ours before this call are visible
+    /// to its operations after that [`light`].
+    pub(crate) fn heavy() {
+        fence(Ordering::SeqCst);
+        if MODE.load(Ordering::Acquire) == EXPEDITED {
+            // SAFETY: as in `init`.
+            let rc = unsafe {
+                libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)
+            };
+            // Registration succeeded, so this cannot fail; if it ever did, switching every
+            // light side to real fences would race with threads mid-fast-path, so this is
+            // a hard error.
+            assert_eq!(
+                rc, 0,
+                "membarrier(PRIVATE_EXPEDITED) failed after registration"
+            );
+        }
+    }
+
+    /// Whether the light side is free (membarrier registered).
+    pub(crate) fn is_asymmetric() -> bool {
+        MODE.load(Ordering::Acquire) == EXPEDITED
+    }
+}
+
+#[cfg(all(loom, feature = "loom"))]
+mod imp {
+    use crate::sync::{fence, Ordering};
+
+    pub(crate) fn init() {}
+
+    pub(crate) fn light() {
+        fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn heavy() {
+        fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_asymmetric() -> bool {
+        false
+    }
+}
+
+pub(crate) use imp::*;

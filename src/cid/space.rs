@@ -1,0 +1,402 @@
+//! [`IdSpace`] and its [`Cid`] guard.
+
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::barrier;
+use super::ids::IdSet;
+use super::thread::{self, ThreadRec, NO_ID};
+use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::{Next, Scheduler, Work};
+
+/// The kernel's `MM_CID_SCAN_DELAY`.
+const DEFAULT_SCAN_PERIOD: Duration = Duration::from_millis(100);
+
+/// A per-id storage that the scan trims above the high water (implemented by `PerCid`).
+pub(crate) trait Trim: Send + Sync {
+    /// Moves the values of slots `>= high_water` out (under the space lock: no user code)
+    /// and returns what must run outside the lock (the reclaim callback, then the drops).
+    fn detach_above(self: Arc<Self>, high_water: usize) -> Option<Box<dyn FnOnce() + Send>>;
+}
+
+pub(crate) struct SpaceState {
+    ids: IdSet,
+    threads: Vec<Arc<ThreadRec>>,
+    trims: Vec<Weak<dyn Trim>>,
+}
+
+pub(crate) struct SpaceInner {
+    pub(crate) serial: u64,
+    state: Mutex<SpaceState>,
+    /// Mirrors of the state for lock-free readers; written under the lock.
+    held: AtomicUsize,
+    high_water: AtomicUsize,
+    threads: AtomicUsize,
+    /// The compaction work. Its closure holds a `Weak` to this space.
+    work: Work,
+}
+
+impl std::fmt::Debug for SpaceInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpaceInner")
+            .field("held", &self.held.load(Ordering::Relaxed))
+            .field("high_water", &self.high_water.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn next_serial() -> u64 {
+    // Serial numbers only need to be unique within the process; std's atomic is fine in
+    // loom builds too, since it is not part of any modelled protocol.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl SpaceInner {
+    fn publish(&self, state: &SpaceState) {
+        self.held.store(state.ids.owned(), Ordering::Relaxed);
+        self.high_water
+            .store(state.ids.high_water(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_thread(&self, record: Arc<ThreadRec>) {
+        let mut state = lock(&self.state);
+        state.threads.push(record);
+        self.threads.store(state.threads.len(), Ordering::Relaxed);
+    }
+
+    /// Thread exit: the thread's id is free at once.
+    pub(crate) fn release_thread(&self, record: &Arc<ThreadRec>) {
+        let mut state = lock(&self.state);
+        let id = record.cid.load(Ordering::Relaxed);
+        if id != NO_ID {
+            state.ids.release(id);
+            record.cid.store(NO_ID, Ordering::Relaxed);
+        }
+        state.threads.retain(|other| !Arc::ptr_eq(other, record));
+        self.threads.store(state.threads.len(), Ordering::Relaxed);
+        self.publish(&state);
+        drop(state);
+        // Something changed: let the compaction work trim storage above the high water.
+        self.work.touch();
+    }
+
+    /// The slow path of `enter()`: the thread owns no id, or one that is not below the
+    /// number of ids held. Called with `pin == 1`.
+    #[cold]
+    fn acquire(&self, record: &ThreadRec) -> usize {
+        let mut state = lock(&self.state);
+        let current = record.cid.load(Ordering::Relaxed);
+        if current != NO_ID && current < state.ids.owned() {
+            return current;
+        }
+        if current != NO_ID {
+            // Compaction at the event, as the 6.19 rewrite does at schedule-in.
+            state.ids.release(current);
+        }
+        let id = state.ids.take_lowest();
+        record.cid.store(id, Ordering::Relaxed);
+        self.publish(&state);
+        drop(state);
+        if current == NO_ID {
+            self.work.touch();
+        }
+        id
+    }
+
+    /// One compaction scan: revokes the ids of threads that did not enter since the
+    /// previous scan, then trims per-id storage above the new high water.
+    fn scan(&self) -> Next {
+        let mut state = lock(&self.state);
+        let mut revoked: Vec<(&ThreadRec, usize)> = Vec::new();
+        let threads = std::mem::take(&mut state.threads);
+        for record in &threads {
+            let id = record.cid.load(Ordering::Relaxed);
+            let used = record.used.load(Ordering::Relaxed) != 0;
+            record.used.store(0, Ordering::Relaxed);
+            if id != NO_ID && !used && record.pin.load(Ordering::Relaxed) == 0 {
+                // Step 1 of the protocol: revoke, then make both sides' stores visible.
+                record.cid.store(NO_ID, Ordering::Relaxed);
+                revoked.push((record, id));
+            }
+        }
+        if !revoked.is_empty() {
+            barrier::heavy();
+            for (record, id) in revoked {
+                if record.pin.load(Ordering::Acquire) == 0 {
+                    // Not pinned after the barrier: its next enter() sees NO_ID.
+                    state.ids.release(id);
+                } else {
+                    // Pinned across the barrier: it may be using `id`; give it back.
+                    record.cid.store(id, Ordering::Relaxed);
+                }
+            }
+        }
+        state.threads = threads;
+        self.publish(&state);
+        let high_water = state.ids.high_water();
+        let held = state.ids.owned();
+        let mut deferred = Vec::new();
+        state.trims.retain(|trim| match trim.upgrade() {
+            Some(trim) => {
+                deferred.extend(trim.detach_above(high_water));
+                true
+            }
+            None => false,
+        });
+        drop(state);
+        for reclaim in deferred {
+            reclaim();
+        }
+        // Nothing held: nothing can go idle or shrink, so park until the next acquire.
+        if held == 0 {
+            Next::Park
+        } else {
+            Next::Again
+        }
+    }
+
+    pub(crate) fn register_trim(&self, trim: Weak<dyn Trim>) {
+        lock(&self.state).trims.push(trim);
+    }
+
+    pub(crate) fn high_water(&self) -> usize {
+        self.high_water.load(Ordering::Relaxed)
+    }
+
+    /// Pins the calling thread's id.
+    #[inline]
+    pub(crate) fn enter(self: &Arc<Self>) -> Cid<'_> {
+        let Some(record) = thread::record(self) else {
+            return self.enter_transient();
+        };
+        // SAFETY: the registry keeps the record alive until the thread exits, and a guard
+        // cannot outlive the thread (it is !Send).
+        let record = unsafe { &*record };
+        let depth = record.pin.load(Ordering::Relaxed);
+        if depth > 0 {
+            record.pin.store(depth + 1, Ordering::Relaxed);
+            return Cid::new(self, Some(record), record.cid.load(Ordering::Relaxed));
+        }
+        record.pin.store(1, Ordering::Relaxed);
+        // Orders the pin before reading the id; the reclaimer's heavy barrier pays for
+        // the store→load order (see the module docs).
+        barrier::light();
+        let id = record.cid.load(Ordering::Relaxed);
+        let id = if id < self.held.load(Ordering::Relaxed) {
+            id
+        } else {
+            self.acquire(record)
+        };
+        thread::mark_used(record);
+        Cid::new(self, Some(record), id)
+    }
+
+    /// A guard for a thread whose locals are being torn down: an id just for this guard.
+    #[cold]
+    fn enter_transient(&self) -> Cid<'_> {
+        let mut state = lock(&self.state);
+        let id = state.ids.take_lowest();
+        self.publish(&state);
+        Cid::new(self, None, id)
+    }
+}
+
+/// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
+///
+/// See the [module documentation](crate::cid) for the protocol and its guarantees.
+///
+/// # Examples
+///
+/// ```
+/// use nicework::{IdSpace, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let ids = IdSpace::new(&sched);
+/// {
+///     let cid = ids.enter();
+///     assert_eq!(cid.get(), 0);
+///     assert_eq!(ids.enter().get(), 0); // nested: the same id
+/// }
+/// assert_eq!((ids.held(), ids.high_water(), ids.threads()), (1, 1, 1));
+/// ```
+pub struct IdSpace {
+    inner: Arc<SpaceInner>,
+}
+
+/// Configures an [`IdSpace`].
+#[derive(Debug, Clone)]
+pub struct IdSpaceBuilder {
+    scan_period: Duration,
+}
+
+impl IdSpaceBuilder {
+    /// How often the compaction work looks for idle threads (100 ms by default, the
+    /// kernel's `MM_CID_SCAN_DELAY`). A thread that has not entered for one to two periods
+    /// loses its id. Rounded up to the scheduler's slack.
+    pub fn scan_period(mut self, period: Duration) -> Self {
+        self.scan_period = period;
+        self
+    }
+
+    /// Creates the space; its compaction work runs on `scheduler` and parks while no id is
+    /// held.
+    pub fn build(self, scheduler: &Scheduler) -> IdSpace {
+        barrier::init();
+        let period = self.scan_period;
+        let inner = Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
+            let weak = weak.clone();
+            let work = scheduler
+                .every(period, move |_| match weak.upgrade() {
+                    Some(space) => space.scan(),
+                    None => Next::Stop,
+                })
+                .named("nicework.cid-compaction");
+            // Parked until the first id is taken.
+            work.cancel();
+            SpaceInner {
+                serial: next_serial(),
+                state: Mutex::new(SpaceState {
+                    ids: IdSet::default(),
+                    threads: Vec::new(),
+                    trims: Vec::new(),
+                }),
+                held: AtomicUsize::new(0),
+                high_water: AtomicUsize::new(0),
+                threads: AtomicUsize::new(0),
+                work,
+            }
+        });
+        IdSpace { inner }
+    }
+}
+
+impl IdSpace {
+    /// A space with the default 100 ms scan period.
+    pub fn new(scheduler: &Scheduler) -> IdSpace {
+        IdSpace::builder().build(scheduler)
+    }
+
+    /// A builder for the scan period.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{IdSpace, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::builder().scan_period(Duration::from_millis(10)).build(&sched);
+    /// drop(ids.enter());
+    /// sched.advance(Duration::from_millis(30)); // idle for two scans: id reclaimed
+    /// assert_eq!(ids.held(), 0);
+    /// ```
+    pub fn builder() -> IdSpaceBuilder {
+        IdSpaceBuilder {
+            scan_period: DEFAULT_SCAN_PERIOD,
+        }
+    }
+
+    /// Pins the calling thread's id and returns a guard for it. The first call on a thread
+    /// takes the lowest free id; later calls reuse it without any atomic read-modify-write,
+    /// unless it is no longer below [`held`](Self::held), in which case the thread moves
+    /// to the lowest free id. Nested calls on one thread return the same id.
+    pub fn enter(&self) -> Cid<'_> {
+        self.inner.enter()
+    }
+
+    /// Ids owned by threads (pinned or not).
+    pub fn held(&self) -> usize {
+        self.inner.held.load(Ordering::Relaxed)
+    }
+
+    /// One past the highest owned id: every id handed out is below it.
+    pub fn high_water(&self) -> usize {
+        self.inner.high_water()
+    }
+
+    /// Live threads that have entered this space.
+    pub fn threads(&self) -> usize {
+        self.inner.threads.load(Ordering::Relaxed)
+    }
+
+    /// The compaction work's statistics (runs, parks, busy time), as in the kernel
+    /// patch's `task_mm_cid_work` table.
+    pub fn compaction_stats(&self) -> crate::WorkStats {
+        self.inner.work.stats()
+    }
+
+    /// Whether the `enter()` fast path is fence-free: `membarrier` is registered and the
+    /// compaction scan pays for the ordering. `false` means each first-level `enter()`
+    /// executes a `SeqCst` fence instead (old kernels, seccomp filters, loom builds).
+    pub fn uses_membarrier() -> bool {
+        barrier::is_asymmetric()
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<SpaceInner> {
+        &self.inner
+    }
+}
+
+impl std::fmt::Debug for IdSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdSpace")
+            .field("held", &self.held())
+            .field("high_water", &self.high_water())
+            .field("threads", &self.threads())
+            .finish()
+    }
+}
+
+/// A pinned concurrency id. `!Send`: it belongs to the thread that entered.
+///
+/// While it lives, no other thread's guard has the same id.
+pub struct Cid<'a> {
+    space: &'a SpaceInner,
+    record: Option<&'a ThreadRec>,
+    id: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> Cid<'a> {
+    fn new(space: &'a SpaceInner, record: Option<&'a ThreadRec>, id: usize) -> Self {
+        Cid {
+            space,
+            record,
+            id,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The id: `0 <= id < high_water()` of its space.
+    #[inline]
+    pub fn get(&self) -> usize {
+        self.id
+    }
+}
+
+impl Drop for Cid<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        match self.record {
+            Some(record) => {
+                let depth = record.pin.load(Ordering::Relaxed);
+                // Release: what the holder wrote under this id happens-before a reclaimer
+                // that sees the pin cleared.
+                record.pin.store(depth - 1, Ordering::Release);
+            }
+            None => {
+                let mut state = lock(&self.space.state);
+                state.ids.release(self.id);
+                self.space.publish(&state);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Cid<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Cid").field(&self.id).finish()
+    }
+}
