@@ -95,10 +95,10 @@ impl StatsCell {
                 Ordering::Relaxed,
             )
         };
+        // Unconditional stores: busy time is wall-clock, and a branch on it would make the
+        // sequence of atomic operations differ between loom executions.
         let raise = |field: &AtomicU64, to: u64| {
-            if to > field.load(Ordering::Relaxed) {
-                field.store(to, Ordering::Relaxed);
-            }
+            field.store(field.load(Ordering::Relaxed).max(to), Ordering::Relaxed)
         };
         bump(&self.runs, 1);
         bump(&self.parks, u64::from(parked));

@@ -1,0 +1,125 @@
+#![cfg(loom)]
+//! Loom models of the concurrency-id pin protocol (src/cid/mod.rs): a thread's enter and
+//! guard drop against the compaction scan revoking its id, and against another thread's
+//! exit. In every interleaving no two live guards share an id.
+//!
+//! Loom does not run a thread's thread-local destructors before `join` returns, so the
+//! "released at exit" guarantee is tested with real threads in `tests/cid.rs`; here an
+//! exited thread simply keeps its id, which the uniqueness checks must tolerate.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+use nicework::{IdSpace, Scheduler};
+
+const SCAN: Duration = Duration::from_millis(100);
+
+/// A claim table: entering marks the id taken by this thread; a second claim is a bug.
+struct Claims(Vec<AtomicUsize>);
+
+impl Claims {
+    fn new() -> Self {
+        Claims((0..4).map(|_| AtomicUsize::new(0)).collect())
+    }
+
+    fn hold(&self, ids: &IdSpace, token: usize) {
+        let cid = ids.enter();
+        let id = cid.get();
+        assert!(id < 4);
+        assert_eq!(
+            self.0[id].swap(token, Ordering::SeqCst),
+            0,
+            "id {id} held twice"
+        );
+        self.0[id].store(0, Ordering::SeqCst);
+    }
+}
+
+/// Thread A took id 0 and went idle, so the second scan may revoke it; A enters again
+/// while the scans run, and keeps that guard while B enters after the scans. If the scan
+/// freed an id A is using, B gets the same id and the claim table catches it.
+#[test]
+fn enter_against_reclaim_by_the_scan() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let claims = Arc::new(Claims::new());
+        let first_done = Arc::new(AtomicUsize::new(0));
+        let b_done = Arc::new(AtomicUsize::new(0));
+        let a = {
+            let (ids, claims, first_done, b_done) = (
+                ids.clone(),
+                claims.clone(),
+                first_done.clone(),
+                b_done.clone(),
+            );
+            thread::spawn(move || {
+                claims.hold(&ids, 1);
+                first_done.store(1, Ordering::SeqCst);
+                let cid = ids.enter();
+                let id = cid.get();
+                assert_eq!(
+                    claims.0[id].swap(1, Ordering::SeqCst),
+                    0,
+                    "id {id} held twice"
+                );
+                while b_done.load(Ordering::SeqCst) == 0 {
+                    thread::yield_now();
+                }
+                claims.0[id].store(0, Ordering::SeqCst);
+            })
+        };
+        while first_done.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        // Two scans: the first clears A's "used" mark, the second may revoke its id.
+        sched.advance(SCAN);
+        sched.advance(SCAN);
+        let b = {
+            let (ids, claims, b_done) = (ids.clone(), claims.clone(), b_done.clone());
+            thread::spawn(move || {
+                claims.hold(&ids, 2);
+                b_done.store(1, Ordering::SeqCst);
+            })
+        };
+        b.join().unwrap();
+        a.join().unwrap();
+    });
+}
+
+/// A guard held across the scan is never revoked, and a thread exiting meanwhile releases
+/// its id to whoever enters next. (Models enter only on spawned threads: loom runs the
+/// main thread's thread-local destructors after the execution ends.)
+#[test]
+fn guard_held_across_reclaim_and_exit() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let claims = Arc::new(Claims::new());
+        let exiting = {
+            let (ids, claims) = (ids.clone(), claims.clone());
+            thread::spawn(move || claims.hold(&ids, 1))
+        };
+        let holder = {
+            let (ids, claims) = (ids.clone(), claims.clone());
+            thread::spawn(move || {
+                let cid = ids.enter();
+                let mine = cid.get();
+                assert_eq!(
+                    claims.0[mine].swap(9, Ordering::SeqCst),
+                    0,
+                    "id {mine} held twice"
+                );
+                thread::yield_now();
+                assert_eq!(ids.enter().get(), mine, "a pinned id is never revoked");
+                claims.0[mine].store(0, Ordering::SeqCst);
+            })
+        };
+        sched.advance(SCAN);
+        sched.advance(SCAN);
+        exiting.join().unwrap();
+        holder.join().unwrap();
+    });
+}
