@@ -1,113 +1,161 @@
-//! The main demo. For now (the ID space is the next issue) it shows the scheduler half:
-//! 1,000 per-object maintenance works that run while their object is busy and park while
-//! it is idle, so an idle population costs nothing, followed by the works' stats table.
+//! The main demo: concurrency ids compacting as a "runtime" shrinks and grows.
+//!
+//! A runtime's threads keep a per-id cache (`PerCid<Vec<u64>>`). It starts 32 threads,
+//! shrinks to 4, then to 1, then grows to 8. Every 100 ms a line shows the threads alive,
+//! the ids held, the high water and the live cache slots: ids stay dense and the per-id
+//! memory follows the live concurrency. At the end, the compaction work's stats table
+//! (as in the kernel patch's `task_mm_cid_work` table) and the per-object maintenance
+//! works of a small cache.
 //!
 //! `cargo run --release --example compaction`
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nicework::{Next, Scheduler, Work};
+use nicework::{IdSpace, Next, PerCid, Scheduler, Work, WorkStats};
+
+struct RuntimeThread {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+fn spawn(cache: &Arc<PerCid<Vec<u64>>>) -> RuntimeThread {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (cache, flag) = (cache.clone(), stop.clone());
+    let handle = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !flag.load(Ordering::Relaxed) {
+            cache.with(|slot| {
+                slot.push(n);
+                if slot.len() > 1024 {
+                    slot.clear();
+                }
+            });
+            n += 1;
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    });
+    RuntimeThread { stop, handle }
+}
 
 /// A cache shard whose purge work parks while nobody writes to it.
 struct Shard {
     writes: AtomicU64,
-    purged: AtomicU64,
     purge: Mutex<Option<Work>>,
 }
 
 fn main() -> Result<(), nicework::Error> {
     let sched = Scheduler::builder().name("maint").build()?;
-    let shards: Vec<Arc<Shard>> = (0..1000)
+    let ids = IdSpace::new(&sched);
+    let cache: Arc<PerCid<Vec<u64>>> = Arc::new(PerCid::new(&ids, Vec::new));
+    let reclaimed = Arc::new(AtomicU64::new(0));
+    let counter = reclaimed.clone();
+    cache.on_reclaim(move |slot| {
+        counter.fetch_add(slot.len() as u64, Ordering::Relaxed);
+        slot.clear();
+    });
+
+    // A few per-object works beside the id space: they park while their shard is idle.
+    let shards: Vec<Arc<Shard>> = (0..100)
         .map(|_| {
             let shard = Arc::new(Shard {
                 writes: AtomicU64::new(0),
-                purged: AtomicU64::new(0),
                 purge: Mutex::new(None),
             });
-            let work = sched.every_for(&shard, Duration::from_millis(20), |shard, _| {
-                let writes = shard.writes.swap(0, Ordering::SeqCst);
-                if writes == 0 {
-                    return Next::Park;
+            let work = sched.every_for(&shard, Duration::from_millis(50), |shard, _| {
+                if shard.writes.swap(0, Ordering::SeqCst) == 0 {
+                    Next::Park
+                } else {
+                    Next::Again
                 }
-                shard.purged.fetch_add(writes, Ordering::Relaxed);
-                Next::Again
             });
-            *shard.purge.lock().unwrap() = Some(work);
+            *shard.purge.lock().unwrap() = Some(work.named("shard purge"));
             shard
         })
         .collect();
 
-    let tid = sched.worker_tids()[0];
     println!(
-        "{:>6} {:>12} {:>12} {:>10} {:>12}",
-        "t(ms)", "busy shards", "armed works", "wakeups", "purged"
+        "{:>6} {:>8} {:>8} {:>10} {:>10}   phase",
+        "t(ms)", "threads", "held", "high water", "slots live"
     );
     let start = Instant::now();
-    let mut last_switches = switches(tid);
-    for step in 0..20u64 {
-        // The first half: every shard busy. The second: only 10 shards, then none.
-        let busy = match step {
-            0..=7 => shards.len(),
-            8..=13 => 10,
-            _ => 0,
-        };
-        for shard in &shards[..busy] {
-            shard.writes.fetch_add(1, Ordering::SeqCst);
-            if let Some(work) = shard.purge.lock().unwrap().as_ref() {
-                work.touch();
-            }
+    let mut threads: Vec<RuntimeThread> = Vec::new();
+    for (phase, target) in [
+        ("grow to 32", 32),
+        ("shrink to 4", 4),
+        ("shrink to 1", 1),
+        ("grow to 8", 8),
+    ] {
+        while threads.len() < target {
+            threads.push(spawn(&cache));
         }
-        std::thread::sleep(Duration::from_millis(100));
-        let now = switches(tid);
-        let purged: u64 = shards
-            .iter()
-            .map(|s| s.purged.load(Ordering::Relaxed))
-            .sum();
-        println!(
-            "{:>6} {:>12} {:>12} {:>10} {:>12}",
-            start.elapsed().as_millis(),
-            busy,
-            sched.armed(),
-            now - last_switches,
-            purged
-        );
-        last_switches = now;
+        while threads.len() > target {
+            let thread = threads.pop().expect("more than target");
+            thread.stop.store(true, Ordering::Relaxed);
+            thread.handle.join().expect("runtime thread");
+        }
+        for tick in 0..10 {
+            for shard in &shards[..(threads.len() * 3).min(shards.len())] {
+                shard.writes.fetch_add(1, Ordering::SeqCst);
+                if let Some(work) = shard.purge.lock().unwrap().as_ref() {
+                    work.touch();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            println!(
+                "{:>6} {:>8} {:>8} {:>10} {:>10}   {}",
+                start.elapsed().as_millis(),
+                ids.threads(),
+                ids.held(),
+                ids.high_water(),
+                cache.live(),
+                if tick == 0 { phase } else { "" }
+            );
+        }
     }
-
-    println!("\nmaintenance works (1,000 shards):");
+    for thread in threads.drain(..) {
+        thread.stop.store(true, Ordering::Relaxed);
+        thread.handle.join().expect("runtime thread");
+    }
+    std::thread::sleep(Duration::from_millis(250));
     println!(
-        "{:>8} {:>8} {:>12} {:>12} {:>12}",
-        "runs", "parks", "busy avg", "busy max", "busy sum"
+        "{:>6} {:>8} {:>8} {:>10} {:>10}   all stopped; {} cached values reclaimed",
+        start.elapsed().as_millis(),
+        ids.threads(),
+        ids.held(),
+        ids.high_water(),
+        cache.live(),
+        reclaimed.load(Ordering::Relaxed)
     );
-    let (mut runs, mut parks) = (0, 0);
-    let (mut sum, mut max) = (Duration::ZERO, Duration::ZERO);
+
+    println!("\nmaintenance works");
+    println!(
+        "{:<24} {:>6} {:>6} {:>11} {:>11} {:>11}",
+        "work", "runs", "parks", "busy avg", "busy max", "busy sum"
+    );
+    print_row("cid compaction", &ids.compaction_stats());
+    let mut total = WorkStats::default();
     for shard in &shards {
         let stats = shard.purge.lock().unwrap().as_ref().unwrap().stats();
-        runs += stats.runs;
-        parks += stats.parks;
-        sum += stats.busy_total;
-        max = max.max(stats.busy_max);
+        total.runs += stats.runs;
+        total.parks += stats.parks;
+        total.busy_total += stats.busy_total;
+        total.busy_max = total.busy_max.max(stats.busy_max);
     }
-    let avg = if runs > 0 {
-        sum / runs as u32
-    } else {
-        Duration::ZERO
-    };
-    println!("{runs:>8} {parks:>8} {avg:>12.2?} {max:>12.2?} {sum:>12.2?}");
+    print_row("100 shard purges (sum)", &total);
     Ok(())
 }
 
-/// Worker wakeups so far: its voluntary context switches.
-fn switches(tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
+fn print_row(name: &str, stats: &WorkStats) {
+    println!(
+        "{:<24} {:>6} {:>6} {:>11.2?} {:>11.2?} {:>11.2?}",
+        name,
+        stats.runs,
+        stats.parks,
+        stats.busy_avg(),
+        stats.busy_max,
+        stats.busy_total
+    );
 }

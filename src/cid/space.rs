@@ -302,6 +302,7 @@ impl IdSpace {
     /// takes the lowest free id; later calls reuse it without any atomic read-modify-write,
     /// unless it is no longer below [`held`](Self::held), in which case the thread moves
     /// to the lowest free id. Nested calls on one thread return the same id.
+    #[inline]
     pub fn enter(&self) -> Cid<'_> {
         self.inner.enter()
     }

@@ -34,15 +34,15 @@ impl ThreadRec {
     }
 }
 
-/// The thread's records, by space serial number, plus a one-entry cache for the fast path.
+/// The thread's records, by space serial number.
 struct Registry {
     records: RefCell<Vec<(u64, Arc<ThreadRec>)>>,
-    /// The last record looked up: its space serial and a pointer kept alive by `records`.
-    last: Cell<(u64, *const ThreadRec)>,
 }
 
 impl Drop for Registry {
     fn drop(&mut self) {
+        // The cache must not point into records that are going away.
+        LAST.with(|last| last.set((0, std::ptr::null())));
         // Thread exit: release every id at once, before `join()` returns elsewhere.
         for (_, record) in self.records.get_mut().drain(..) {
             if let Some(space) = record.space.upgrade() {
@@ -57,23 +57,33 @@ thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
     static REGISTRY: Registry = Registry {
         records: RefCell::new(Vec::new()),
-        last: Cell::new((0, std::ptr::null())),
     };
+}
+
+// The fast path's one-entry cache: the last record looked up (its space serial and a
+// pointer kept alive by `REGISTRY`). It has no destructor, so std can make it a plain
+// `#[thread_local]` access with no lazy-initialisation check; `Registry::drop` clears it.
+#[cfg(not(all(loom, feature = "loom")))]
+thread_local! {
+    static LAST: Cell<(u64, *const ThreadRec)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+#[cfg(all(loom, feature = "loom"))]
+thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    static LAST: Cell<(u64, *const ThreadRec)> = Cell::new((0, std::ptr::null()));
 }
 
 /// The calling thread's record for `space`, registering it on first use. `None` while the
 /// thread's locals are being destroyed.
 #[inline]
 pub(crate) fn record(space: &Arc<SpaceInner>) -> Option<*const ThreadRec> {
-    let serial = space.serial;
+    let (last_serial, last) = LAST.with(Cell::get);
+    if last_serial == space.serial {
+        return Some(last);
+    }
     REGISTRY
-        .try_with(|registry| {
-            let (last_serial, last) = registry.last.get();
-            if last_serial == serial {
-                return last;
-            }
-            lookup_or_register(registry, space)
-        })
+        .try_with(|registry| lookup_or_register(registry, space))
         .ok()
 }
 
@@ -97,7 +107,7 @@ fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> *const Th
             pointer
         }
     };
-    registry.last.set((space.serial, record));
+    LAST.with(|last| last.set((space.serial, record)));
     record
 }
 

@@ -228,7 +228,7 @@ impl Shared {
                 .div_ceil(self.slack_ns())
                 .saturating_mul(self.slack_ns())
         };
-        if core.programmed_ns.map_or(true, |at| wake_ns < at) {
+        if core.programmed_ns.is_none_or(|at| wake_ns < at) {
             self.program(core, Some(wake_ns), now_ns);
         }
     }
