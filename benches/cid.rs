@@ -8,38 +8,14 @@
 //! - One compaction scan over 1,024 thread records: the cheap pass (every thread active)
 //!   and the revoking pass (every thread idle: one membarrier, 1,024 ids freed).
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::per_op;
 use nicework::{IdSpace, Scheduler};
-
-fn rounds() -> usize {
-    if std::env::args().any(|a| a == "quick") {
-        3
-    } else {
-        7
-    }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
-}
-
-fn per_op(iters: u64, mut f: impl FnMut()) -> f64 {
-    median(
-        (0..rounds())
-            .map(|_| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    f();
-                }
-                start.elapsed().as_nanos() as f64 / iters as f64
-            })
-            .collect(),
-    )
-}
 
 extern "C" {
     static __rseq_offset: isize;
@@ -77,15 +53,15 @@ fn enter_held() {
     drop(ids.enter());
     let tls: thread_local::ThreadLocal<u64> = thread_local::ThreadLocal::new();
     let iters = 50_000_000;
-    let enter = per_op(iters, || {
+    let enter = per_op(iters, |_| {
         let cid = black_box(&ids).enter();
         black_box(cid.get());
     });
-    let thread_local = per_op(iters, || {
+    let thread_local = per_op(iters, |_| {
         black_box(black_box(&tls).get_or(|| 0));
     });
     let rseq = kernel_mm_cid().map(|_| {
-        per_op(iters, || {
+        per_op(iters, |_| {
             black_box(kernel_mm_cid());
         })
     });

@@ -5,10 +5,13 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::per_op;
 use nicework::{Next, Scheduler, Work};
 
 /// Counts live heap bytes, for the bytes-per-parked-work figure.
@@ -33,34 +36,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-fn rounds() -> usize {
-    if std::env::args().any(|a| a == "quick") {
-        3
-    } else {
-        7
-    }
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    xs[xs.len() / 2]
-}
-
-/// ns per iteration of `f`, median over rounds, each round `iters` iterations.
-fn per_op(iters: u64, mut f: impl FnMut(u64)) -> f64 {
-    median(
-        (0..rounds())
-            .map(|_| {
-                let start = Instant::now();
-                for i in 0..iters {
-                    f(i);
-                }
-                start.elapsed().as_nanos() as f64 / iters as f64
-            })
-            .collect(),
-    )
-}
 
 fn touch_armed() {
     let sched = Scheduler::new().unwrap();

@@ -96,9 +96,11 @@ fn a_thread_moves_down_when_its_id_is_not_below_held() {
         let (to_thread, from_main) = mpsc::channel::<bool>();
         let (to_main, from_thread) = mpsc::channel();
         let thread = std::thread::spawn(move || {
-            to_main.send(ids.enter().get()).unwrap();
+            let id = ids.enter().get(); // the guard drops here, before main hears of it
+            to_main.send(id).unwrap();
             while from_main.recv().unwrap() {
-                to_main.send(ids.enter().get()).unwrap();
+                let id = ids.enter().get(); // the guard drops here, before main hears of it
+                to_main.send(id).unwrap();
             }
         });
         (to_thread, from_thread, thread)
@@ -130,9 +132,11 @@ fn an_idle_thread_loses_its_id_and_reacquires_lazily() {
     let thread = {
         let ids = ids.clone();
         std::thread::spawn(move || {
-            to_main.send(ids.enter().get()).unwrap();
+            let id = ids.enter().get(); // the guard drops here, before main hears of it
+            to_main.send(id).unwrap();
             from_main.recv().unwrap();
-            to_main.send(ids.enter().get()).unwrap();
+            let id = ids.enter().get(); // the guard drops here, before main hears of it
+            to_main.send(id).unwrap();
         })
     };
     assert_eq!(from_thread.recv().unwrap(), 0);
