@@ -42,7 +42,8 @@ struct Registry {
 impl Drop for Registry {
     fn drop(&mut self) {
         // The cache must not point into records that are going away.
-        LAST.with(|last| last.set((0, std::ptr::null())));
+        // `try_with`: loom destroys its mock thread-locals in any order.
+        let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
         // Thread exit: release every id at once, before `join()` returns elsewhere.
         for (_, record) in self.records.get_mut().drain(..) {
             if let Some(space) = record.space.upgrade() {
