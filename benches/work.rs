@@ -166,21 +166,10 @@ fn idle_wakeups() {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(50));
-    let tid = sched.worker_tids()[0];
-    let switches = || {
-        let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
     let window = Duration::from_secs(2);
-    let before = switches();
+    let before = sched.worker_wakeups();
     std::thread::sleep(window);
-    let per_second = (switches() - before) as f64 / window.as_secs_f64();
+    let per_second = (sched.worker_wakeups() - before) as f64 / window.as_secs_f64();
     println!(
         "worker wakeups/s, 10k parked  {per_second:6.1}      (target 0; Netty HashedWheelTimer ticks 10/s)"
     );

@@ -265,10 +265,37 @@ impl Scheduler {
             .clone()
     }
 
+    /// How many times the worker threads went to sleep and woke up so far: the sum of
+    /// their `voluntary_ctxt_switches` in `/proc/self/task/TID/status` (0 for a manual
+    /// scheduler). With every work parked it stays flat.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sched = nicework::Scheduler::manual();
+    /// assert_eq!(sched.worker_wakeups(), 0);
+    /// ```
+    pub fn worker_wakeups(&self) -> u64 {
+        self.worker_tids().into_iter().map(voluntary_switches).sum()
+    }
+
     /// Number of armed works (in the wheel or due).
     pub fn armed(&self) -> usize {
         self.shared.lock().timers.len()
     }
+}
+
+/// A thread's `voluntary_ctxt_switches`, or 0 once it has exited.
+fn voluntary_switches(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|count| count.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 impl Clone for Scheduler {

@@ -35,16 +35,6 @@ pub fn drop_flag() -> (DropFlag, Arc<AtomicBool>) {
     (DropFlag(flag.clone()), flag)
 }
 
-/// `voluntary_ctxt_switches` of one of this process's threads: each is one sleep/wakeup.
-pub fn voluntary_switches(tid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("voluntary_ctxt_switches in /proc status")
-}
-
 /// The calling thread's nice value.
 pub fn current_nice() -> i32 {
     // SAFETY: plain system calls with integer arguments.
