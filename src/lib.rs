@@ -97,5 +97,5 @@ mod work;
 pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid};
 pub use error::Error;
 pub use priority::Priority;
-pub use scheduler::{global, Builder, Scheduler, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
+pub use scheduler::{global, Builder, LendingStats, Scheduler, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
 pub use work::{Ctx, Next, Work, WorkStats};

@@ -2,7 +2,7 @@
 //! run as root, this binary re-executes its unprivileged part under
 //! `setpriv --reuid=65534 --regid=65534 --clear-groups`.
 
-use std::process::Command;
+mod common;
 
 use nicework::{Error, Priority, Scheduler};
 
@@ -27,30 +27,7 @@ fn raising_the_worker_above_the_callers_priority_needs_privilege() {
     // As root (CAP_SYS_NICE) a negative nice is allowed.
     let sched = Scheduler::builder().priority(Priority::Nice(-5)).build();
     assert!(sched.is_ok(), "{:?}", sched.err());
-    let setpriv = Command::new("setpriv").arg("--version").output();
-    if setpriv.is_err() {
-        println!("skipped the unprivileged half: setpriv is not installed");
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&exe)
-        .args([
-            "--exact",
-            "unprivileged",
-            "--include-ignored",
-            "--nocapture",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "unprivileged run failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "the unprivileged test did not run:\n{text}"
-    );
+    common::run_unprivileged("unprivileged", &[]);
 }
 
 #[test]

@@ -39,6 +39,7 @@ pub struct Builder {
     priority: Priority,
     workers: usize,
     slack: Duration,
+    back_off: bool,
 }
 
 impl Default for Builder {
@@ -48,6 +49,7 @@ impl Default for Builder {
             priority: Priority::default(),
             workers: 1,
             slack: DEFAULT_SLACK,
+            back_off: true,
         }
     }
 }
@@ -78,6 +80,26 @@ impl Builder {
     /// `MIN_SLACK`).
     pub fn slack(mut self, slack: Duration) -> Self {
         self.slack = slack;
+        self
+    }
+
+    /// Whether a worker defers the next increment of a work returning
+    /// [`Next::Yield`](crate::Next::Yield) while more threads are runnable than there are
+    /// CPUs (on by default). This is what keeps a saturating maintenance load below 1 % of
+    /// the foreground's throughput: `setpriority` alone leaves 1–4 % on a 2-core machine
+    /// (see the README, "Why low priority"). The cost is one read of `/proc/loadavg` per
+    /// increment, and under contention the load makes almost no progress of its own until
+    /// a CPU is free or someone [`flush`](crate::Work::flush)es it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sched = nicework::Scheduler::builder().back_off(false).build()?;
+    /// assert!(!sched.backs_off());
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn back_off(mut self, back_off: bool) -> Self {
+        self.back_off = back_off;
         self
     }
 
@@ -121,6 +143,7 @@ impl Builder {
             priority: self.priority,
             workers: self.workers,
             slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK)),
+            back_off: self.back_off,
         })
     }
 
@@ -150,7 +173,8 @@ fn start(config: Config) -> Result<Scheduler, Error> {
     let readers = (0..config.workers)
         .map(|_| source.reader())
         .collect::<Result<Vec<_>, _>>()?;
-    let shared = Arc::new(Shared::new(config, Some(source)));
+    let raise_limit = crate::priority::raise_limit();
+    let shared = Arc::new(Shared::new(config, Some(source), raise_limit));
     // From here on, dropping `scheduler` shuts down and joins whatever was started.
     let scheduler = Scheduler::counted(shared.clone());
     let (started_tx, started_rx) = mpsc::channel();

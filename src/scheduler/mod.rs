@@ -10,8 +10,10 @@
 //! wakes and joins the workers (waiting for runs in progress to finish). Works outlive it
 //! as inert handles: their arming calls return `false` from then on.
 
+mod backoff;
 pub(crate) mod builder;
 mod global;
+pub(crate) mod lending;
 pub(crate) mod shared;
 pub(crate) mod worker;
 
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 pub use builder::{Builder, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
 pub use global::global;
+pub use lending::LendingStats;
 use shared::Shared;
 
 use crate::sync::Ordering;
@@ -89,7 +92,7 @@ impl Scheduler {
     /// assert_eq!(work.stats().runs, 2);
     /// ```
     pub fn manual() -> Scheduler {
-        let shared = Shared::new(Builder::manual_config(), None);
+        let shared = Shared::new(Builder::manual_config(), None, None);
         Scheduler::counted(Arc::new(shared))
     }
 
@@ -277,6 +280,57 @@ impl Scheduler {
     /// ```
     pub fn worker_wakeups(&self) -> u64 {
         self.worker_tids().into_iter().map(voluntary_switches).sum()
+    }
+
+    /// The lowest nice value a flusher may raise a worker to while it waits for a run
+    /// in progress (see [`Work::flush`]), read once when the scheduler was built: `-20`
+    /// with `CAP_SYS_NICE`, `20 − RLIMIT_NICE` with a raised limit, and `None` for most
+    /// unprivileged processes (the default limit is 0), where a flusher only waits.
+    /// Always `None` for a manual scheduler, which has no workers to raise.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sched = nicework::Scheduler::new()?;
+    /// match sched.raise_limit() {
+    ///     Some(limit) => println!("a flush may raise the worker to nice {limit}"),
+    ///     None => println!("a flush of a running work only waits"),
+    /// }
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn raise_limit(&self) -> Option<i32> {
+        self.shared.lock().lending.limit()
+    }
+
+    /// How flushes lent their priority so far: runs they executed themselves, runs in
+    /// progress they raised, runs they only waited for.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let sched = nicework::Scheduler::manual();
+    /// assert_eq!(sched.lending_stats(), nicework::LendingStats::default());
+    /// ```
+    pub fn lending_stats(&self) -> LendingStats {
+        self.shared.lock().lending.stats
+    }
+
+    /// Whether the workers back off between `Yield` increments while the CPUs are busy
+    /// (see [`Builder::back_off`]).
+    pub fn backs_off(&self) -> bool {
+        self.shared.config.back_off
+    }
+
+    /// How many `Yield` increments the workers deferred so far because more threads were
+    /// runnable than there are CPUs (see [`Builder::back_off`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(nicework::Scheduler::manual().deferred_yields(), 0);
+    /// ```
+    pub fn deferred_yields(&self) -> u64 {
+        self.shared.lock().deferred_yields
     }
 
     /// Number of armed works (in the wheel or due).

@@ -28,6 +28,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::backoff::Backoff;
+use super::lending::Lending;
 use crate::driver::timerfd::TimerSource;
 use crate::driver::{nanos, Clock};
 use crate::sync::{
@@ -91,6 +93,7 @@ pub(crate) struct Config {
     pub(crate) priority: Priority,
     pub(crate) workers: usize,
     pub(crate) slack_ns: u64,
+    pub(crate) back_off: bool,
 }
 
 #[derive(Debug)]
@@ -103,6 +106,9 @@ pub(crate) struct Core {
     pub(crate) poller_blocked: bool,
     pub(crate) programmed_ns: Option<u64>,
     pub(crate) timer: Option<TimerSource>,
+    pub(crate) lending: Lending,
+    /// `Yield` increments deferred because every CPU was busy (see `backoff`).
+    pub(crate) deferred_yields: u64,
 }
 
 pub(crate) struct Shared {
@@ -129,6 +135,13 @@ impl std::fmt::Debug for Shared {
 pub(crate) struct Taken {
     pub(crate) cell: Cell,
     pub(crate) deadline_ns: u64,
+    /// The worker's lending slot, when a worker runs it.
+    pub(crate) worker_slot: Option<usize>,
+}
+
+/// The address that identifies a cell in the lending slots.
+pub(crate) fn cell_address(cell: &Cell) -> usize {
+    Arc::as_ptr(cell) as *const () as usize
 }
 
 fn load(header: &Header) -> State {
@@ -140,7 +153,11 @@ fn store(header: &Header, state: State) {
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config, timer: Option<TimerSource>) -> Self {
+    pub(crate) fn new(
+        config: Config,
+        timer: Option<TimerSource>,
+        raise_limit: Option<i32>,
+    ) -> Self {
         let manual = timer.is_none();
         Shared {
             core: Mutex::new(Core {
@@ -152,6 +169,8 @@ impl Shared {
                 poller_blocked: false,
                 programmed_ns: None,
                 timer,
+                lending: Lending::new(raise_limit),
+                deferred_yields: 0,
             }),
             run_done: Condvar::new(),
             idle: Condvar::new(),
@@ -264,16 +283,31 @@ impl Shared {
             state.clear_pending();
             state.set(RUNNING);
             store(cell.header(), state);
-            return Some(Taken { cell, deadline_ns });
+            return Some(Taken {
+                cell,
+                deadline_ns,
+                worker_slot: None,
+            });
         }
         None
     }
 
-    /// Runs a taken work on the calling thread and completes it.
-    pub(crate) fn execute(self: &Arc<Self>, scheduler: &Scheduler, taken: Taken, started_ns: u64) {
+    /// Runs a taken work on the calling thread and completes it. A worker passes its
+    /// back-off, which decides how soon a `Yield` runs again.
+    pub(crate) fn execute(
+        self: &Arc<Self>,
+        scheduler: &Scheduler,
+        taken: Taken,
+        started_ns: u64,
+        backoff: Option<&mut Backoff>,
+    ) {
         // Pairs with touch()'s SeqCst load; see the module docs.
         fence(Ordering::SeqCst);
-        let Taken { cell, deadline_ns } = taken;
+        let Taken {
+            cell,
+            deadline_ns,
+            worker_slot,
+        } = taken;
         let outcome = {
             let name = cell.name();
             let span = tracing::info_span!("nicework.run", work = name);
@@ -308,11 +342,26 @@ impl Shared {
             }
             outcome.ok()
         };
-        self.complete(cell, outcome);
+        let yield_delay_ns = match (outcome, backoff) {
+            (Some(Next::Yield), Some(backoff)) => backoff.after_yield(),
+            _ => 0,
+        };
+        self.complete(cell, outcome, worker_slot, yield_delay_ns);
     }
 
-    fn complete(&self, cell: Cell, next: Option<Next>) {
+    fn complete(
+        &self,
+        cell: Cell,
+        next: Option<Next>,
+        worker_slot: Option<usize>,
+        yield_delay_ns: u64,
+    ) {
         let mut core = self.lock();
+        if let Some(restore) = worker_slot.and_then(|slot| core.lending.finish(slot)) {
+            // Under the lock, before any waiter is told: when `flush` returns, the worker
+            // is back at its own priority, and no flusher can raise it in between.
+            restore.apply();
+        }
         let header = cell.header();
         let mut state = load(header);
         state.clear(RUNNING);
@@ -322,7 +371,7 @@ impl Shared {
                 self.disarm(&mut core, &mut state);
             }
             Some(next) if !state.refuses_arm() && !core.shutdown => {
-                self.apply_next(&mut core, &cell, &mut state, next);
+                self.apply_next(&mut core, &cell, &mut state, next, yield_delay_ns);
             }
             Some(_) => {}
         }
@@ -337,6 +386,9 @@ impl Shared {
         store(header, state);
         if core.run_waiters > 0 {
             self.run_done.notify_all();
+        }
+        if yield_delay_ns > 0 {
+            core.deferred_yields += 1;
         }
         if state.has(ORPHANED) {
             // The handle is gone: ours is the last reference, and the closure's destructor
@@ -355,7 +407,14 @@ impl Shared {
         }
     }
 
-    fn apply_next(&self, core: &mut Core, cell: &Cell, state: &mut State, next: Next) {
+    fn apply_next(
+        &self,
+        core: &mut Core,
+        cell: &Cell,
+        state: &mut State,
+        next: Next,
+        yield_delay_ns: u64,
+    ) {
         let slack = self.slack_ns();
         match next {
             Next::Park => {}
@@ -372,7 +431,7 @@ impl Shared {
             Next::Yield => {
                 self.disarm(core, state);
                 let now = self.now_ns(core);
-                self.arm(core, cell, state, now, now);
+                self.arm(core, cell, state, now.saturating_add(yield_delay_ns), now);
                 state.set(YIELDED);
             }
         }
@@ -494,9 +553,17 @@ impl Shared {
         // A flush covers the instance pending when it started, plus the increments of a
         // yielding work.
         let mut take_pending = state.has(PENDING);
+        let mut flusher = None;
         loop {
             let mut state = load(cell.header());
             if state.has(RUNNING) {
+                // Lend this thread's priority to the worker running it, where allowed.
+                core.lending.lend(cell_address(cell), || {
+                    *flusher.get_or_insert_with(|| {
+                        let nice = crate::priority::current_nice().unwrap_or(0);
+                        (nice, crate::priority::current_is_idle())
+                    })
+                });
                 core = self.wait_until_idle(core, cell);
                 continue;
             }
@@ -510,6 +577,7 @@ impl Shared {
             state.clear_pending();
             state.set(RUNNING);
             store(cell.header(), state);
+            core.lending.stats.helped += 1;
             let now = self.now_ns(&core);
             drop(core);
             let scheduler = Scheduler::uncounted(self.clone());
@@ -518,8 +586,10 @@ impl Shared {
                 Taken {
                     cell: taken,
                     deadline_ns,
+                    worker_slot: None,
                 },
                 now,
+                None,
             );
             core = self.lock();
         }
@@ -584,7 +654,7 @@ impl Shared {
             core.virtual_now_ns = core.virtual_now_ns.max(taken.deadline_ns);
             let now = core.virtual_now_ns;
             drop(core);
-            self.execute(scheduler, taken, now);
+            self.execute(scheduler, taken, now, None);
             runs += 1;
             core = self.lock();
         }

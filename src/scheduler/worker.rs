@@ -18,7 +18,8 @@ use std::cell::Cell;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use super::shared::Shared;
+use super::backoff::Backoff;
+use super::shared::{cell_address, Shared};
 use crate::driver::timerfd::TimerReader;
 use crate::sync::{thread_local, wait};
 use crate::{Error, Scheduler};
@@ -46,6 +47,8 @@ pub(crate) fn main(
         return;
     }
     WORKER_OF.with(|of| of.set(Arc::as_ptr(&shared) as usize));
+    let slot = shared.lock().lending.register_current_worker();
+    let mut backoff = Backoff::new(shared.config.back_off);
     let _ = started.send(Ok(crate::priority::current_tid()));
     drop(started);
 
@@ -57,7 +60,9 @@ pub(crate) fn main(
         }
         let now = shared.now_ns(&core);
         core.timers.expire(now);
-        if let Some(taken) = shared.take_ready(&mut core) {
+        if let Some(mut taken) = shared.take_ready(&mut core) {
+            taken.worker_slot = Some(slot);
+            core.lending.start(slot, cell_address(&taken.cell));
             // Hand on what this worker leaves behind: more due works go to an idle
             // follower (or wake the poller), and someone must keep watching the timerfd.
             if core.timers.has_ready() {
@@ -70,7 +75,7 @@ pub(crate) fn main(
                 shared.idle.notify_one();
             }
             drop(core);
-            shared.execute(&scheduler, taken, now);
+            shared.execute(&scheduler, taken, now, Some(&mut backoff));
             core = shared.lock();
             continue;
         }

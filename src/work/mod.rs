@@ -210,12 +210,26 @@ impl Work {
         self.shared.cancel_sync(&self.cell)
     }
 
-    /// If the work is pending, runs it now on the calling thread (at the caller's
-    /// priority) and returns when it finished; if it is running, waits for that run.
-    /// A work that returns [`Next::Yield`] is taken over: the flusher runs its remaining
-    /// increments itself. Returns `true` if it ran or waited, `false` if the work was idle.
+    /// Makes the work's current instance finish now, lending the caller's priority to it
+    /// (the kernel's `flush_work_at_nice`). Returns `true` if it ran or waited for an
+    /// instance, `false` if the work was idle.
+    ///
+    /// - **Pending, not started:** it runs now on the calling thread, at the caller's
+    ///   priority, and `flush` returns when it finished.
+    /// - **Running on a worker:** `flush` waits for that run. Where the process may raise
+    ///   the worker ([`Scheduler::raise_limit`] is `Some`: `CAP_SYS_NICE` or
+    ///   `RLIMIT_NICE`) the worker is raised to the caller's nice (at most to the limit)
+    ///   for the rest of that run and puts itself back afterwards. Without that right it
+    ///   only waits: the library never lowers a thread it could not raise back.
+    /// - **Incremental:** a work that returns [`Next::Yield`] is taken over: the flusher
+    ///   runs the remaining increments itself, so a long cleanup never crawls at nice 19
+    ///   while someone waits for it.
+    ///
+    /// [`Scheduler::lending_stats`] counts which of these happened.
     ///
     /// Called from inside the work's own callback it returns `false` and changes nothing.
+    /// Instances armed by `Again`/`After` during the flush are not waited for: a
+    /// self-re-arming work would otherwise never let `flush` return.
     ///
     /// # Examples
     ///

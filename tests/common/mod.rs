@@ -46,3 +46,63 @@ pub fn current_policy() -> i32 {
     // SAFETY: plain system call; 0 is the calling thread.
     unsafe { libc::sched_getscheduler(0) }
 }
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Re-executes this test binary's ignored test `test` as user 65534 (nobody) under
+/// `setpriv --reuid=65534 --regid=65534 --clear-groups`, after `prefix` (for example
+/// `["prlimit", "--nice=15:15"]`), and asserts that it ran and passed. Returns `false`
+/// with a printed reason when that is impossible (not root, or a tool is missing).
+pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
+    if !is_root() {
+        println!("skipped the unprivileged re-run of {test}: not running as root");
+        return false;
+    }
+    for tool in ["setpriv"].iter().chain(prefix.first()) {
+        if std::process::Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            println!("skipped the unprivileged re-run of {test}: {tool} is not installed");
+            return false;
+        }
+    }
+    if let Some((program, rest)) = prefix.split_first() {
+        let works = std::process::Command::new(program)
+            .args(rest)
+            .arg("true")
+            .status()
+            .is_ok_and(|status| status.success());
+        if !works {
+            println!("skipped the unprivileged re-run of {test}: `{prefix:?} true` fails here");
+            return false;
+        }
+    }
+    let exe = std::env::current_exe().unwrap();
+    let (program, rest) = prefix.split_first().unwrap_or((&"setpriv", &[]));
+    let mut command = std::process::Command::new(program);
+    command.args(rest);
+    if !prefix.is_empty() {
+        command.arg("setpriv");
+    }
+    let output = command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args(["--exact", test, "--include-ignored", "--nocapture"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "unprivileged run failed:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "the unprivileged test did not run:\n{text}"
+    );
+    print!("{text}");
+    true
+}

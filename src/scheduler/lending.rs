@@ -1,0 +1,179 @@
+//! Lending priority to a running work: the kernel's `flush_work_at_nice`, in user space.
+//!
+//! A thread that waits in [`Work::flush`](crate::Work::flush) for a run in progress on a
+//! worker raises that worker to the flusher's nice for the rest of the run, and the worker
+//! puts itself back when the run completes. The rules:
+//!
+//! - **Only with the right.** Lowering a nice value (or leaving `SCHED_IDLE`) needs
+//!   `CAP_SYS_NICE` or `RLIMIT_NICE`; [`raise_limit`](crate::Scheduler::raise_limit) is read
+//!   once at build time. Without it nothing is touched and the flusher only waits: an
+//!   unprivileged thread can lower its own priority but never raise it again, so the
+//!   library never lowers a thread it may need back. A worker is only ever moved *up* by a
+//!   flusher and *down to its own configured priority* by itself.
+//! - **Bounded by the right.** With `RLIMIT_NICE` the worker is raised as far as the limit
+//!   allows, never past the flusher's own nice. A flusher under `SCHED_IDLE` lends nothing.
+//! - **Exactly the run it waits for.** Each worker has a [`RunSlot`] naming the cell it
+//!   runs. Slots are set when a worker takes a run and cleared when the run completes,
+//!   both under the core lock, as is the raise itself; so a raise always lands on the
+//!   thread that runs the awaited instance, and the restore that follows is that run's.
+//! - **Only worker threads.** A run executed by a flusher (a pending instance, or a
+//!   yielded increment) or by `advance()` has no slot: it already runs at its caller's
+//!   priority, and the library never changes a user's thread.
+
+use crate::priority;
+
+/// What a worker runs now, and what it was lent.
+#[derive(Debug)]
+pub(crate) struct RunSlot {
+    tid: libc::pid_t,
+    /// The worker's own nice, as it applied its priority at start-up.
+    base_nice: i32,
+    /// Whether the worker's own policy is `SCHED_IDLE`.
+    base_idle: bool,
+    /// Address of the running cell, 0 while idle.
+    running: usize,
+    /// The nice this run was raised to, if a flusher raised it.
+    lent: Option<i32>,
+}
+
+/// How flushes of works met by a waiter went, from [`Scheduler::lending_stats`].
+///
+/// [`Scheduler::lending_stats`]: crate::Scheduler::lending_stats
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let work = sched.work(|_| Next::Park);
+/// work.schedule(Duration::from_secs(1));
+/// assert!(work.flush()); // pending, not started: runs on this thread
+/// assert_eq!(sched.lending_stats().helped, 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LendingStats {
+    /// Runs a flusher executed on its own thread, at its own priority: pending instances
+    /// that had not started, and the increments of works returning `Next::Yield`.
+    pub helped: u64,
+    /// Runs in progress on a worker that a flusher raised to its own nice.
+    pub raised: u64,
+    /// Runs in progress that a flusher waited for without raising them: no right to
+    /// raise, a flusher not above the worker, or a run on a non-worker thread.
+    pub waited: u64,
+}
+
+/// The lending bookkeeping, inside the scheduler's core lock.
+#[derive(Debug, Default)]
+pub(crate) struct Lending {
+    limit: Option<i32>,
+    slots: Vec<RunSlot>,
+    pub(crate) stats: LendingStats,
+}
+
+/// What a worker must do after a run it was lent priority for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Restore {
+    base_nice: i32,
+    base_idle: bool,
+}
+
+impl Restore {
+    /// Puts the calling worker back to its own priority. Both steps only lower priority
+    /// (a higher nice, or `SCHED_IDLE`), which any thread may do to itself.
+    pub(crate) fn apply(self) {
+        let tid = priority::current_tid();
+        if self.base_idle {
+            if let Err(error) = priority::Priority::Idle.apply_to_current_thread() {
+                tracing::warn!(%error, "could not return to SCHED_IDLE after a lent run");
+            }
+            // Under SCHED_IDLE nice has no effect; putting it back may need the right we
+            // lack when the base nice was below the limit, and then it stays where it is.
+            let _ = priority::set_nice(tid, self.base_nice);
+        } else if let Err(error) = priority::set_nice(tid, self.base_nice) {
+            tracing::warn!(%error, "could not return to the worker's nice after a lent run");
+        }
+    }
+}
+
+impl Lending {
+    pub(crate) fn new(limit: Option<i32>) -> Self {
+        Lending {
+            limit,
+            slots: Vec::new(),
+            stats: LendingStats::default(),
+        }
+    }
+
+    pub(crate) fn limit(&self) -> Option<i32> {
+        self.limit
+    }
+
+    /// Registers the calling worker (after it applied its priority); returns its slot.
+    pub(crate) fn register_current_worker(&mut self) -> usize {
+        let tid = priority::current_tid();
+        self.slots.push(RunSlot {
+            tid,
+            base_nice: priority::current_nice().unwrap_or(0),
+            base_idle: priority::current_is_idle(),
+            running: 0,
+            lent: None,
+        });
+        self.slots.len() - 1
+    }
+
+    pub(crate) fn start(&mut self, slot: usize, cell_address: usize) {
+        self.slots[slot].running = cell_address;
+    }
+
+    /// The run on `slot` completed; returns how to put the worker back if it was raised.
+    pub(crate) fn finish(&mut self, slot: usize) -> Option<Restore> {
+        let slot = &mut self.slots[slot];
+        slot.running = 0;
+        slot.lent.take().map(|_| Restore {
+            base_nice: slot.base_nice,
+            base_idle: slot.base_idle,
+        })
+    }
+
+    /// A flusher is about to wait for the run of `cell_address`: raise its worker to the
+    /// flusher's priority where allowed. `flusher` is the caller's (nice, is-idle), read
+    /// lazily because most flushes never get here.
+    pub(crate) fn lend(&mut self, cell_address: usize, flusher: impl FnOnce() -> (i32, bool)) {
+        let Some(slot) = self.slots.iter_mut().find(|s| s.running == cell_address) else {
+            self.stats.waited += 1;
+            return;
+        };
+        let Some(limit) = self.limit else {
+            self.stats.waited += 1;
+            return;
+        };
+        let (flusher_nice, flusher_idle) = flusher();
+        // SCHED_IDLE ranks below every nice value.
+        let current = slot
+            .lent
+            .or((!slot.base_idle).then_some(slot.base_nice))
+            .unwrap_or(20);
+        let target = flusher_nice.max(limit);
+        if flusher_idle || target >= current {
+            self.stats.waited += 1;
+            return;
+        }
+        let from_idle = slot.base_idle && slot.lent.is_none();
+        match priority::raise(slot.tid, target, from_idle) {
+            Ok(()) => {
+                slot.lent = Some(target);
+                self.stats.raised += 1;
+            }
+            Err(error) => {
+                // The right was dropped after build (or a partial raise failed): wait,
+                // and still let the worker restore itself in case the nice changed.
+                tracing::debug!(%error, "could not lend priority to a running work");
+                slot.lent = slot.lent.or(Some(current));
+                self.stats.waited += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Lending priority (DESIGN.md, "Lending priority"): `flush()` runs a pending work on the
+//! caller, raises a running worker only where the process may, and takes over `Yield`
+//! increments. The privileged paths run as root; the same checks re-run as user 65534
+//! (no right: the flusher only waits) and as user 65534 with `RLIMIT_NICE` 15 (the worker
+//! is raised only as far as nice 5).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use common::{current_nice, current_policy, eventually, EVENTUALLY};
+use nicework::{Next, Priority, Scheduler};
+
+fn nice_of(tid: i32) -> i32 {
+    // SAFETY: plain system call with integer arguments.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) }
+}
+
+fn policy_of(tid: i32) -> i32 {
+    // SAFETY: plain system call with an integer argument.
+    unsafe { libc::sched_getscheduler(tid) }
+}
+
+fn gettid() -> i32 {
+    // SAFETY: plain system call.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+#[test]
+fn flush_of_a_pending_work_runs_on_the_caller_at_its_priority() {
+    let sched = Scheduler::new().unwrap();
+    let ran_on = Arc::new(Mutex::new(None));
+    let seen = ran_on.clone();
+    let work = sched.work(move |_| {
+        *seen.lock().unwrap() = Some((gettid(), current_nice()));
+        Next::Park
+    });
+    work.schedule(Duration::from_secs(3600));
+    assert!(work.flush());
+    assert_eq!(*ran_on.lock().unwrap(), Some((gettid(), current_nice())));
+    let stats = sched.lending_stats();
+    assert_eq!((stats.helped, stats.raised, stats.waited), (1, 0, 0));
+    assert!(!work.is_pending());
+}
+
+/// What the run in progress saw of its own thread while a flusher waited for it.
+struct RunningRun {
+    sched: Scheduler,
+    work: nicework::Work,
+    started: mpsc::Receiver<()>,
+    observed: Arc<Mutex<Option<(i32, i32)>>>,
+}
+
+/// A work that, once running on the worker, waits until it was raised above `base` (or
+/// until a flusher gave up raising it), then records its nice and policy.
+fn running_work(priority: Priority) -> RunningRun {
+    let sched = Scheduler::builder().priority(priority).build().unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let observed = Arc::new(Mutex::new(None));
+    let record = observed.clone();
+    let work = sched.work(move |cx| {
+        let (base_nice, base_policy) = (current_nice(), current_policy());
+        started_tx.send(()).unwrap();
+        let lent_or_refused = eventually(|| {
+            let stats = cx.scheduler().lending_stats();
+            let moved = current_nice() != base_nice || current_policy() != base_policy;
+            moved || stats.waited > 0
+        });
+        assert!(lent_or_refused, "no flusher came");
+        *record.lock().unwrap() = Some((current_nice(), current_policy()));
+        Next::Park
+    });
+    work.schedule(Duration::ZERO);
+    started.recv_timeout(EVENTUALLY).unwrap();
+    RunningRun {
+        sched,
+        work,
+        started,
+        observed,
+    }
+}
+
+/// Flushes a work running on the worker and checks the raise and the restore against
+/// the scheduler's `raise_limit()`.
+fn check_flush_of_a_running_work(priority: Priority) {
+    let run = running_work(priority);
+    let worker = run.sched.worker_tids()[0];
+    let before = (nice_of(worker), policy_of(worker));
+    let flusher_nice = current_nice();
+    assert!(run.work.flush());
+    let (seen_nice, seen_policy) = run.observed.lock().unwrap().expect("the run recorded");
+    let stats = run.sched.lending_stats();
+    match run.sched.raise_limit() {
+        Some(limit) => {
+            let expected = flusher_nice.max(limit);
+            assert_eq!(
+                seen_nice, expected,
+                "raised to the flusher's nice, within the limit"
+            );
+            assert_eq!(
+                seen_policy,
+                libc::SCHED_OTHER,
+                "raised out of SCHED_IDLE too"
+            );
+            assert_eq!((stats.raised, stats.waited), (1, 0));
+        }
+        None => {
+            assert_eq!(
+                (seen_nice, seen_policy),
+                before,
+                "without the right nothing moves"
+            );
+            assert_eq!((stats.raised, stats.waited), (0, 1));
+        }
+    }
+    assert_eq!(
+        (nice_of(worker), policy_of(worker)),
+        before,
+        "the worker is back at its own priority when flush returns"
+    );
+    assert_eq!(
+        current_nice(),
+        flusher_nice,
+        "the flusher's own nice is untouched"
+    );
+    assert!(run.started.try_recv().is_err(), "the work ran once");
+}
+
+#[test]
+fn flush_raises_a_running_nice_19_worker_where_allowed_and_puts_it_back() {
+    if common::is_root() {
+        assert_eq!(Scheduler::new().unwrap().raise_limit(), Some(-20));
+    }
+    check_flush_of_a_running_work(Priority::Nice(19));
+}
+
+#[test]
+fn flush_raises_a_running_sched_idle_worker_where_allowed_and_puts_it_back() {
+    check_flush_of_a_running_work(Priority::Idle);
+}
+
+#[test]
+fn a_flusher_at_a_lower_priority_than_the_worker_lends_nothing() {
+    let run = running_work(Priority::Normal);
+    let flusher = std::thread::spawn(move || {
+        // SAFETY: plain system call; raising one's own nice is always allowed.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, 19) };
+        assert!(run.work.flush());
+        let stats = run.sched.lending_stats();
+        assert_eq!((stats.raised, stats.waited), (0, 1));
+        *run.observed.lock().unwrap()
+    });
+    let (seen_nice, _) = flusher.join().unwrap().unwrap();
+    assert_eq!(
+        seen_nice,
+        current_nice(),
+        "the worker kept its inherited nice"
+    );
+}
+
+#[test]
+fn flush_takes_over_the_yield_increments_on_a_worker() {
+    const INCREMENTS: u64 = 200;
+    let sched = Scheduler::new().unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let on_flusher = Arc::new(AtomicU64::new(0));
+    let flusher_tid = Arc::new(AtomicU64::new(0));
+    let (counter, mine, tid) = (done.clone(), on_flusher.clone(), flusher_tid.clone());
+    let work = sched.work(move |_| {
+        std::hint::black_box((0..20_000u64).sum::<u64>());
+        if gettid() as u64 == tid.load(Ordering::SeqCst) {
+            mine.fetch_add(1, Ordering::Relaxed);
+        }
+        if counter.fetch_add(1, Ordering::Relaxed) + 1 < INCREMENTS {
+            Next::Yield
+        } else {
+            Next::Park
+        }
+    });
+    flusher_tid.store(gettid() as u64, Ordering::SeqCst);
+    work.schedule(Duration::ZERO);
+    assert!(eventually(|| done.load(Ordering::Relaxed) > 0));
+    assert!(work.flush());
+    assert_eq!(
+        done.load(Ordering::Relaxed),
+        INCREMENTS,
+        "flush returned at the end"
+    );
+    assert!(!work.is_pending() && !work.is_running());
+    let helped = sched.lending_stats().helped;
+    assert_eq!(helped, on_flusher.load(Ordering::Relaxed));
+    assert!(helped > 0, "the flusher ran the remaining increments");
+}
+
+#[test]
+fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..=cpus)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let increments = |sched: &Scheduler| {
+        let runs = Arc::new(AtomicU64::new(0));
+        let counter = runs.clone();
+        let work = sched.work(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            std::hint::black_box((0..10_000u64).sum::<u64>());
+            Next::Yield
+        });
+        work.schedule(Duration::ZERO);
+        (work, runs)
+    };
+    let backing_off = Scheduler::new().unwrap();
+    assert!(backing_off.backs_off());
+    let (work, _runs) = increments(&backing_off);
+    assert!(
+        eventually(|| backing_off.deferred_yields() >= 3),
+        "increments were never deferred with {} runnable spinners on {cpus} CPUs",
+        cpus + 1
+    );
+    work.cancel_sync();
+    let plain = Scheduler::builder().back_off(false).build().unwrap();
+    let (work, runs) = increments(&plain);
+    assert!(eventually(|| runs.load(Ordering::Relaxed) >= 50));
+    work.cancel_sync();
+    assert_eq!(plain.deferred_yields(), 0);
+    stop.store(true, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+}
+
+#[test]
+fn without_the_right_to_raise_a_flusher_only_waits() {
+    common::run_unprivileged("unprivileged_flush_checks", &[]);
+}
+
+#[test]
+fn with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit() {
+    common::run_unprivileged("rlimit_flush_checks", &["prlimit", "--nice=15:15"]);
+}
+
+#[test]
+#[ignore = "run as user 65534 by without_the_right_to_raise_a_flusher_only_waits"]
+fn unprivileged_flush_checks() {
+    assert!(!common::is_root());
+    let sched = Scheduler::new().unwrap();
+    assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
+    check_flush_of_a_running_work(Priority::Nice(19));
+    check_flush_of_a_running_work(Priority::Idle);
+}
+
+#[test]
+#[ignore = "run as user 65534 with RLIMIT_NICE 15 by with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit"]
+fn rlimit_flush_checks() {
+    assert!(!common::is_root());
+    let sched = Scheduler::new().unwrap();
+    assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
+    check_flush_of_a_running_work(Priority::Nice(19));
+    check_flush_of_a_running_work(Priority::Idle);
+}
