@@ -85,6 +85,7 @@
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
 #![cfg_attr(all(loom, feature = "loom"), allow(dead_code))]
 
+mod chunked;
 pub mod cid;
 mod driver;
 mod error;

@@ -1,4 +1,5 @@
 //! The benchmark harness shared by the bench binaries: medians over rounds.
+#![allow(dead_code)] // each bench binary uses a different part of it
 
 use std::time::Instant;
 
