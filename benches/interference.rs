@@ -30,47 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{median, rounds};
+use common::{calibrate, median, quick, rounds, thread_cpu_time, unit, Saturation};
 use nicework::{Next, Priority, Scheduler};
-
-fn quick() -> bool {
-    std::env::args().any(|a| a == "quick")
-}
-
-/// One unit of CPU-bound work (a few µs): the foreground's loop body and the
-/// maintenance increments are made of it.
-#[inline(never)]
-fn unit(seed: u64) -> u64 {
-    let mut x = seed | 1;
-    for _ in 0..2_000 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-    }
-    x
-}
-
-/// How many units make about `target` of CPU time on this machine.
-fn calibrate(target: Duration) -> u64 {
-    let start = Instant::now();
-    let mut n = 0u64;
-    while start.elapsed() < Duration::from_millis(200) {
-        black_box(unit(n));
-        n += 1;
-    }
-    let per_unit = start.elapsed().as_secs_f64() / n as f64;
-    ((target.as_secs_f64() / per_unit) as u64).max(1)
-}
-
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// Runs `threads` nice-0 CPU-bound loops for `wall`; returns (iterations, CPU share).
 fn foreground(threads: usize, wall: Duration) -> (u64, f64) {
@@ -326,40 +287,6 @@ fn table1(increment: u64, wall: Duration) {
             rate,
             idle_rate
         );
-    }
-}
-
-/// Spinning nice-0 threads that saturate every CPU until dropped.
-struct Saturation {
-    stop: Arc<AtomicBool>,
-    handles: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Saturation {
-    fn start(threads: usize) -> Saturation {
-        let stop = Arc::new(AtomicBool::new(false));
-        let handles = (0..threads)
-            .map(|t| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let mut i = t as u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        black_box(unit(i));
-                        i += 1;
-                    }
-                })
-            })
-            .collect();
-        Saturation { stop, handles }
-    }
-}
-
-impl Drop for Saturation {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.handles.drain(..) {
-            h.join().unwrap();
-        }
     }
 }
 

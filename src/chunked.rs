@@ -6,13 +6,26 @@
 //! - **Chunking** follows padata: `chunk = max(len / (threads × 4), min_chunk)`, four
 //!   chunks per participating thread so a slow thread (a helper at nice 19 on a busy
 //!   machine) holds up at most a quarter of its share. Chunks are claimed from one atomic
-//!   counter, so each index is handed out exactly once, to whoever asks first.
+//!   word holding the unclaimed interval, so each index is handed out exactly once: the
+//!   caller claims from the front, helpers from the back. The two sides meet in the
+//!   middle and touch memory far apart until then, which matters when the range was
+//!   built in order by different threads: with glibc's malloc, objects are freed into the
+//!   arena of the thread that allocated them, and two threads freeing into one arena
+//!   mostly fight over its bins.
 //! - **Who runs it:** the caller claims chunks at its own priority; up to
 //!   [`workers`](Scheduler::workers) helpers are one-shot [`Work`]s on the scheduler and
 //!   claim chunks at the scheduler's priority. When the caller runs out of chunks it
 //!   [`flush`](Work::flush)es every helper: a helper that has not started runs on the
 //!   caller (and finds nothing left); one in the middle of a chunk is waited for, raised
 //!   to the caller's nice where the process may (priority lending).
+//! - **Helpers back off.** A helper runs one chunk per run and returns
+//!   [`Next::Yield`] while chunks remain, so between chunks its worker defers while every
+//!   CPU is busy ([`Builder::back_off`](crate::Builder::back_off)); the caller, out of
+//!   chunks, takes over a deferred helper's remaining increments through `flush`, which
+//!   finds nothing left. On a busy machine the caller ends up running most chunks itself.
+//! - **A worker as the caller** (a maintenance work that calls `run_chunked`) backs off
+//!   between its chunks in the same way, unless a flusher lent it priority: then it runs
+//!   its chunks at the flusher's nice.
 //! - **Stopping:** the first error or panic sets a stop flag that every thread checks
 //!   before claiming the next chunk, so only chunks already in flight finish. A panic is
 //!   caught where it happens (a helper never unwinds into the worker) and resumed on the
@@ -30,11 +43,21 @@
 use std::any::Any;
 use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::scheduler::backoff::Backoff;
 use crate::{Next, Scheduler, Work};
+
+/// Which end of the unclaimed chunks a thread takes from.
+#[derive(Clone, Copy)]
+enum End {
+    /// The caller, from the front.
+    Front,
+    /// The helpers, from the back.
+    Back,
+}
 
 /// Chunks per participating thread (padata uses 4).
 const CHUNKS_PER_THREAD: usize = 4;
@@ -44,8 +67,8 @@ struct Job<'f, E> {
     start: usize,
     end: usize,
     chunk: usize,
-    chunks: usize,
-    next_chunk: AtomicUsize,
+    /// Unclaimed chunks are `front..back`: `front` in the high half, `back` in the low.
+    unclaimed: AtomicU64,
     stop: AtomicBool,
     error: Mutex<Option<E>>,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
@@ -54,12 +77,43 @@ struct Job<'f, E> {
 
 impl<E> Job<'_, E> {
     /// Claims and runs chunks until none are left or the job stopped.
-    fn run_chunks(&self) {
-        while !self.stop.load(Ordering::Acquire) {
-            let index = self.next_chunk.fetch_add(1, Ordering::Relaxed);
-            if index >= self.chunks {
-                return;
+    fn run_chunks(&self, end: End) {
+        while self.run_one_chunk(end) {}
+    }
+
+    /// Claims the next chunk from one end of the unclaimed ones.
+    fn claim(&self, end: End) -> Option<usize> {
+        let mut unclaimed = self.unclaimed.load(Ordering::Relaxed);
+        loop {
+            let (front, back) = (unclaimed >> 32, unclaimed & u64::from(u32::MAX));
+            if front >= back {
+                return None;
             }
+            let (claimed, next) = match end {
+                End::Front => (front, unclaimed + (1 << 32)),
+                End::Back => (back - 1, unclaimed - 1),
+            };
+            match self.unclaimed.compare_exchange_weak(
+                unclaimed,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(claimed as usize),
+                Err(actual) => unclaimed = actual,
+            }
+        }
+    }
+
+    /// Claims and runs one chunk; returns whether more may be left.
+    fn run_one_chunk(&self, end: End) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(index) = self.claim(end) else {
+            return false;
+        };
+        {
             let from = self.start + index * self.chunk;
             let to = from + self.chunk.min(self.end - from);
             match catch_unwind(AssertUnwindSafe(|| (self.f)(from..to))) {
@@ -74,6 +128,7 @@ impl<E> Job<'_, E> {
                 }
             }
         }
+        true
     }
 
     /// The job's result, once no helper touches it any more.
@@ -105,7 +160,7 @@ fn into_inner<T>(mutex: Mutex<T>) -> T {
 #[derive(Clone, Copy)]
 struct ErasedJob {
     job: *const (),
-    run_chunks: unsafe fn(*const ()),
+    run_one_chunk: unsafe fn(*const ()) -> bool,
 }
 
 // SAFETY: the job it points to is `Sync` (atomics, mutexes, and a `Sync` closure; `E:
@@ -115,13 +170,34 @@ unsafe impl Send for ErasedJob {}
 /// # Safety
 ///
 /// `job` must point to a live `Job<'_, E>`.
-unsafe fn run_erased<E>(job: *const ()) {
+unsafe fn run_one_erased<E>(job: *const ()) -> bool {
     // SAFETY: the caller passes the address of a live `Job<'_, E>`.
     let job = unsafe { &*job.cast::<Job<'_, E>>() };
-    job.run_chunks();
+    job.run_one_chunk(End::Back)
 }
 
 impl Scheduler {
+    /// The caller's share of the chunks. A caller that is one of this scheduler's own
+    /// workers is maintenance work itself: like the helpers, it backs off between chunks
+    /// while every CPU is busy, unless a flusher lent it priority.
+    fn run_caller_chunks<E>(&self, job: &Job<'_, E>) {
+        if !(self.backs_off() && crate::scheduler::worker::is_worker_of(self.shared())) {
+            job.run_chunks(End::Front);
+            return;
+        }
+        let tid = crate::priority::current_tid();
+        let mut backoff = Backoff::new(true);
+        while job.run_one_chunk(End::Front) {
+            if self.shared().lock().lending.is_lent_to(tid) {
+                continue;
+            }
+            let delay = backoff.after_yield();
+            if delay > 0 {
+                std::thread::sleep(Duration::from_nanos(delay));
+            }
+        }
+    }
+
     /// Runs `f` over `range` in chunks, on the calling thread and on up to
     /// [`workers`](Self::workers) helpers at the scheduler's priority (padata's
     /// multithreaded jobs, ktask). `f` may borrow from the caller's stack.
@@ -180,12 +256,13 @@ impl Scheduler {
         let threads = self.workers() + 1;
         let chunk = (len / (threads * CHUNKS_PER_THREAD)).max(min_chunk);
         let chunks = len.div_ceil(chunk);
+        // At most about 4 per thread (or `len` < 4 × threads when that is smaller).
+        debug_assert!(chunks <= u32::MAX as usize);
         let job = Job {
             start: range.start,
             end: range.end,
             chunk,
-            chunks,
-            next_chunk: AtomicUsize::new(0),
+            unclaimed: AtomicU64::new(chunks as u64),
             stop: AtomicBool::new(false),
             error: Mutex::new(None),
             panic: Mutex::new(None),
@@ -195,7 +272,7 @@ impl Scheduler {
         if helpers > 0 {
             let erased = ErasedJob {
                 job: (&job as *const Job<'_, E>).cast(),
-                run_chunks: run_erased::<E>,
+                run_one_chunk: run_one_erased::<E>,
             };
             let works: Vec<Work> = (0..helpers)
                 .map(|_| {
@@ -204,22 +281,27 @@ impl Scheduler {
                             let erased = erased;
                             // SAFETY: the job lives until every helper work was flushed
                             // and dropped below, and a dropped work never runs again.
-                            unsafe { (erased.run_chunks)(erased.job) };
-                            Next::Park
+                            if unsafe { (erased.run_one_chunk)(erased.job) } {
+                                // One chunk per run: between chunks the worker backs off
+                                // while every CPU is busy.
+                                Next::Yield
+                            } else {
+                                Next::Park
+                            }
                         })
                         .named("nicework.run_chunked");
                     work.schedule(Duration::ZERO);
                     work
                 })
                 .collect();
-            job.run_chunks();
+            self.run_caller_chunks(&job);
             for work in &works {
                 work.flush();
             }
             // cancel_sync + the closure freed: no helper can reach `job` after this.
             drop(works);
         } else {
-            job.run_chunks();
+            job.run_chunks(End::Front);
         }
         job.finish()
     }

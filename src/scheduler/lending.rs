@@ -124,6 +124,11 @@ impl Lending {
         self.slots.len() - 1
     }
 
+    /// Whether worker `tid` runs with a flusher's priority now.
+    pub(crate) fn is_lent_to(&self, tid: libc::pid_t) -> bool {
+        self.slots.iter().any(|s| s.tid == tid && s.lent.is_some())
+    }
+
     pub(crate) fn start(&mut self, slot: usize, cell_address: usize) {
         self.slots[slot].running = cell_address;
     }

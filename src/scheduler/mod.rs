@@ -10,7 +10,7 @@
 //! wakes and joins the workers (waiting for runs in progress to finish). Works outlive it
 //! as inert handles: their arming calls return `false` from then on.
 
-mod backoff;
+pub(crate) mod backoff;
 pub(crate) mod builder;
 mod global;
 pub(crate) mod lending;
