@@ -12,7 +12,8 @@
 //!    - a maintenance work (nice 19) calls it and a nice-0 thread waits for the result
 //!      without lending;
 //!    - the same work, and the nice-0 thread `flush()`es it: the worker that is the
-//!      job's caller is raised to nice 0 for the rest of the run (where allowed).
+//!      job's caller is raised to nice 0 for the rest of the run (where allowed);
+//!    - the work on a `Priority::Idle` scheduler, plain wait.
 
 mod common;
 
@@ -21,7 +22,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{calibrate, median, rounds, unit, Saturation};
-use nicework::{Next, Scheduler};
+use nicework::{Next, Priority, Scheduler};
 
 fn job(sched: &Scheduler, units: usize) {
     sched
@@ -127,16 +128,32 @@ fn under_saturation(
 
 fn saturated(units: usize) {
     let sched = Scheduler::builder().workers(2).build().unwrap();
+    let idle_sched = Scheduler::builder()
+        .workers(2)
+        .priority(Priority::Idle)
+        .build()
+        .unwrap();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let ways = [
         (
             Caller::Nice0Thread,
+            &sched,
             "a nice-0 thread calls run_chunked (lends)",
         ),
-        (Caller::WorkPlainWait, "a nice-19 work calls it; plain wait"),
+        (
+            Caller::WorkPlainWait,
+            &sched,
+            "a nice-19 work calls it; plain wait",
+        ),
         (
             Caller::WorkFlushed,
+            &sched,
             "a nice-19 work calls it; flush() (raises)",
+        ),
+        (
+            Caller::WorkPlainWait,
+            &idle_sched,
+            "a SCHED_IDLE work calls it; plain wait",
         ),
     ];
     let mut results = vec![(Vec::new(), Vec::new()); ways.len()];
@@ -151,7 +168,7 @@ fn saturated(units: usize) {
             std::thread::sleep(Duration::from_millis(200));
             let alone = (saturation.iterations() - alone_start.1) as f64
                 / alone_start.0.elapsed().as_secs_f64();
-            let (ms, rate) = under_saturation(&sched, &saturation, ways[i].0, units);
+            let (ms, rate) = under_saturation(ways[i].1, &saturation, ways[i].0, units);
             results[i].0.push(ms);
             results[i].1.push(1.0 - rate / alone);
         }
@@ -166,7 +183,7 @@ fn saturated(units: usize) {
         "{:<48} {:>9.0} {:>7.2}× {:>9}",
         "idle machine, nice-0 caller", idle, 1.0, "-"
     );
-    for (i, (_, label)) in ways.iter().enumerate() {
+    for (i, (_, _, label)) in ways.iter().enumerate() {
         let ms = median(results[i].0.clone());
         let loss = median(results[i].1.clone());
         println!(
