@@ -12,6 +12,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod builder;
+mod fork;
 mod global;
 pub(crate) mod lending;
 pub(crate) mod shared;
@@ -224,8 +225,12 @@ impl Scheduler {
         self.shared.advance(&borrowed, by)
     }
 
-    /// The scheduler's current time: virtual for a manual scheduler.
+    /// The scheduler's current time: virtual for a manual scheduler (in a `fork()`ed
+    /// child, where a scheduler from before the fork is inert, the real time).
     pub fn now(&self) -> Instant {
+        if self.shared.is_forked_copy() {
+            return Instant::now();
+        }
         let core = self.shared.lock();
         self.shared.instant_at(self.shared.now_ns(&core))
     }
@@ -239,9 +244,10 @@ impl Scheduler {
         self.shared.clock.is_manual()
     }
 
-    /// Number of worker threads (0 for a manual scheduler).
+    /// Number of worker threads (0 for a manual scheduler, and in a `fork()`ed child for
+    /// a scheduler made before the fork).
     pub fn workers(&self) -> usize {
-        if self.is_manual() {
+        if self.is_manual() || self.shared.is_forked_copy() {
             0
         } else {
             self.shared.config.workers
@@ -261,6 +267,9 @@ impl Scheduler {
     /// The kernel thread ids of the worker threads (empty for a manual scheduler), for
     /// reading their `/proc/self/task/TID/` files.
     pub fn worker_tids(&self) -> Vec<i32> {
+        if self.shared.is_forked_copy() {
+            return Vec::new();
+        }
         self.shared
             .worker_tids
             .lock()
@@ -299,6 +308,9 @@ impl Scheduler {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn raise_limit(&self) -> Option<i32> {
+        if self.shared.is_forked_copy() {
+            return None;
+        }
         self.shared.lock().lending.limit()
     }
 
@@ -312,6 +324,9 @@ impl Scheduler {
     /// assert_eq!(sched.lending_stats(), nicework::LendingStats::default());
     /// ```
     pub fn lending_stats(&self) -> LendingStats {
+        if self.shared.is_forked_copy() {
+            return LendingStats::default();
+        }
         self.shared.lock().lending.stats
     }
 
@@ -330,11 +345,17 @@ impl Scheduler {
     /// assert_eq!(nicework::Scheduler::manual().deferred_yields(), 0);
     /// ```
     pub fn deferred_yields(&self) -> u64 {
+        if self.shared.is_forked_copy() {
+            return 0;
+        }
         self.shared.lock().deferred_yields
     }
 
     /// Number of armed works (in the wheel or due).
     pub fn armed(&self) -> usize {
+        if self.shared.is_forked_copy() {
+            return 0;
+        }
         self.shared.lock().timers.len()
     }
 }
@@ -362,6 +383,12 @@ impl Clone for Scheduler {
 impl Drop for Scheduler {
     fn drop(&mut self) {
         if !self.counted || self.shared.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if self.shared.is_forked_copy() {
+            // In a forked child there are no workers to stop, and the lock may be held by
+            // a thread that is gone: leave everything as it is (see `fork`).
+            std::mem::forget(self.shared.clone());
             return;
         }
         self.shared.shutdown();

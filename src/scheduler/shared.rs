@@ -120,6 +120,8 @@ pub(crate) struct Shared {
     pub(crate) handles: AtomicUsize,
     pub(crate) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+    /// The fork generation this scheduler was made in (see `fork`).
+    fork_generation: u64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -179,7 +181,15 @@ impl Shared {
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
             worker_tids: std::sync::Mutex::new(Vec::new()),
+            fork_generation: super::fork::generation(),
         }
+    }
+
+    /// Whether this is a copy in a `fork()`ed child: then nothing may take the lock (see
+    /// `fork`).
+    #[inline]
+    pub(crate) fn is_forked_copy(&self) -> bool {
+        super::fork::is_forked_since(self.fork_generation)
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
@@ -440,6 +450,9 @@ impl Shared {
     // === the operations behind `Work` ===
 
     pub(crate) fn schedule(&self, cell: &Cell, delay: Duration) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         if load(cell.header()).has(PENDING) {
             return false;
         }
@@ -456,6 +469,9 @@ impl Shared {
     }
 
     pub(crate) fn reschedule(&self, cell: &Cell, delay: Duration) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         let mut core = self.lock();
         let mut state = load(cell.header());
         if core.shutdown || state.refuses_arm() {
@@ -488,6 +504,9 @@ impl Shared {
 
     #[cold]
     fn touch_slow(&self, cell: &Cell) {
+        if self.is_forked_copy() {
+            return;
+        }
         let mut core = self.lock();
         let mut state = load(cell.header());
         if core.shutdown || state.has(PENDING | STOPPED) || state.refuses_arm() {
@@ -499,6 +518,9 @@ impl Shared {
     }
 
     pub(crate) fn cancel(&self, cell: &Cell) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         let mut core = self.lock();
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
@@ -507,6 +529,9 @@ impl Shared {
     }
 
     pub(crate) fn cancel_sync(&self, cell: &Cell) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         let mut core = self.lock();
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
@@ -542,6 +567,9 @@ impl Shared {
     }
 
     pub(crate) fn flush(self: &Arc<Self>, cell: &Cell) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         if frames::is_running_here(cell) {
             return false;
         }
@@ -596,6 +624,9 @@ impl Shared {
     }
 
     pub(crate) fn disable(&self, cell: &Cell) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
         let mut core = self.lock();
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
@@ -607,6 +638,9 @@ impl Shared {
     }
 
     pub(crate) fn enable(&self, cell: &Cell) {
+        if self.is_forked_copy() {
+            return;
+        }
         let _core = self.lock();
         let mut state = load(cell.header());
         if state.enable() {
@@ -616,6 +650,12 @@ impl Shared {
 
     /// The owning handle is being dropped.
     pub(crate) fn release(&self, cell: &Cell) {
+        if self.is_forked_copy() {
+            // The closure may be running in the parent's copy of a worker that does
+            // not exist here: keep it (leaked) rather than free it under that run.
+            std::mem::forget(cell.clone());
+            return;
+        }
         if frames::is_running_here(cell) {
             let mut core = self.lock();
             let mut state = load(cell.header());
@@ -629,6 +669,9 @@ impl Shared {
 
     /// Arms a new work (`every`) for its first run.
     pub(crate) fn arm_new(&self, cell: &Cell, delay: Duration) {
+        if self.is_forked_copy() {
+            return;
+        }
         let mut core = self.lock();
         if core.shutdown {
             return;
@@ -643,6 +686,9 @@ impl Shared {
     /// Moves virtual time forward by `by`, running every due work on the caller in
     /// deadline order; returns the number of runs.
     pub(crate) fn advance(self: &Arc<Self>, scheduler: &Scheduler, by: Duration) -> usize {
+        if self.is_forked_copy() {
+            return 0;
+        }
         let mut core = self.lock();
         let target = core.virtual_now_ns.saturating_add(nanos(by));
         let mut runs = 0;
@@ -666,6 +712,9 @@ impl Shared {
 
     /// Cancels every armed work and wakes every worker so it exits.
     pub(crate) fn shutdown(&self) {
+        if self.is_forked_copy() {
+            return;
+        }
         let mut core = self.lock();
         if core.shutdown {
             return;

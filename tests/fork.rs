@@ -1,0 +1,139 @@
+//! `fork()` with a scheduler in use: the child must neither deadlock on a lock another
+//! thread held at the fork nor run callbacks; schedulers from before the fork are inert
+//! there, new ones work (see `src/scheduler/fork.rs`). Real forks, one child per case.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nicework::{Next, Scheduler};
+
+/// Forks; the child runs `child` and exits with its result (0 = passed). The parent waits
+/// at most `common::EVENTUALLY` (a hang is killed and fails) and returns the exit code.
+fn in_child(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: fork in a multi-threaded process; the child only runs `child` (which uses
+    // nicework, malloc and std, all fork-aware in glibc) and leaves through `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+        // SAFETY: ends the child without running the parent's atexit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if done == pid {
+            assert!(
+                libc::WIFEXITED(status),
+                "the child died: status {status:#x}"
+            );
+            return libc::WEXITSTATUS(status);
+        }
+        if start.elapsed() > common::EVENTUALLY {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("the child hung (deadlock on a lock held at fork time?)");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let counter = runs.clone();
+    let busy = sched.every(Duration::from_millis(1), move |_| {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Next::Again
+    });
+    // Another thread takes and releases the scheduler's lock as fast as it can, so the
+    // fork is likely to land while it is held.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let (sched, stop) = (sched.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let work = sched.work(|_| Next::Park);
+            while !stop.load(Ordering::Relaxed) {
+                work.reschedule(Duration::from_secs(60));
+                work.cancel();
+            }
+        })
+    };
+    assert!(common::eventually(|| runs.load(Ordering::Relaxed) > 10));
+    for _ in 0..20 {
+        let code = in_child(|| {
+            let runs_at_fork = runs.load(Ordering::Relaxed);
+            let work = sched.work(|_| Next::Park);
+            let checks = [
+                !work.schedule(Duration::ZERO),
+                !work.reschedule(Duration::ZERO),
+                !work.cancel(),
+                !work.flush(),
+                !busy.cancel_sync(),
+                !busy.flush(),
+                !busy.disable(),
+                sched.workers() == 0,
+                sched.armed() == 0,
+                sched.advance(Duration::from_secs(1)) == 0,
+                sched.run_chunked(0..100, 1, |_| Ok::<(), ()>(())).is_ok(),
+            ];
+            busy.touch();
+            busy.enable();
+            drop(work);
+            std::thread::sleep(Duration::from_millis(20));
+            let no_runs = runs.load(Ordering::Relaxed) == runs_at_fork;
+            // A scheduler made in the child works.
+            let fresh = Scheduler::new().unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let child_work = fresh.work(move |_| {
+                tx.send(()).unwrap();
+                Next::Park
+            });
+            child_work.schedule(Duration::ZERO);
+            let fresh_ran = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+            drop(child_work);
+            drop(fresh);
+            let global_ok = {
+                let g = nicework::global();
+                let (tx, rx) = std::sync::mpsc::channel();
+                let w = g.work(move |_| {
+                    tx.send(()).unwrap();
+                    Next::Park
+                });
+                w.schedule(Duration::ZERO);
+                rx.recv_timeout(Duration::from_secs(10)).is_ok()
+            };
+            // Dropping the parent's last handles in the child neither blocks nor joins.
+            // SAFETY: this child only ends through `_exit`, so the originals are never
+            // used or dropped again here.
+            let (busy, sched) = unsafe { (std::ptr::read(&busy), std::ptr::read(&sched)) };
+            drop(busy);
+            drop(sched);
+            let all = checks.iter().all(|&ok| ok) && no_runs && fresh_ran && global_ok;
+            if all {
+                0
+            } else {
+                eprintln!(
+                    "checks {checks:?} no_runs {no_runs} fresh {fresh_ran} global {global_ok}"
+                );
+                1
+            }
+        });
+        assert_eq!(code, 0, "a check failed in the child");
+    }
+    stop.store(true, Ordering::Relaxed);
+    hammer.join().unwrap();
+    // The parent is unaffected.
+    let before = runs.load(Ordering::Relaxed);
+    assert!(common::eventually(|| runs.load(Ordering::Relaxed) > before));
+    drop(busy);
+}
