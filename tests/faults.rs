@@ -69,9 +69,14 @@ fn dropping_the_scheduler_while_works_are_armed_running_and_flushed() {
         dropped_tx.send(()).unwrap();
     });
     // The flusher returns: shutdown refuses the yielded re-arms it would take over.
-    assert!(flusher.join().unwrap(), "the flush ran or waited for an instance");
+    assert!(
+        flusher.join().unwrap(),
+        "the flush ran or waited for an instance"
+    );
     release_tx.send(()).unwrap();
-    dropped.recv_timeout(EVENTUALLY).expect("dropping the scheduler hung");
+    dropped
+        .recv_timeout(EVENTUALLY)
+        .expect("dropping the scheduler hung");
     dropper.join().unwrap();
 
     // Surviving handles are inert.
@@ -118,8 +123,14 @@ fn a_work_that_panics_on_every_run_leaves_the_others_on_schedule() {
     }
     let before = probe_runs.load(Ordering::SeqCst);
     assert!(eventually(|| poisoned.iter().all(Work::is_poisoned)));
-    assert!(eventually(|| probe_runs.load(Ordering::SeqCst) >= before + 20));
-    assert_eq!(attempts.load(Ordering::SeqCst), 21, "a poisoned work never runs again");
+    assert!(eventually(
+        || probe_runs.load(Ordering::SeqCst) >= before + 20
+    ));
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        21,
+        "a poisoned work never runs again"
+    );
     assert!(!probe.is_poisoned());
 }
 
@@ -179,6 +190,12 @@ fn a_callback_that_drops_other_works_handles_cancels_them_and_the_rest_carry_on(
     );
     let after = victim_runs.load(Ordering::SeqCst);
     let probe_before = probe_runs.load(Ordering::SeqCst);
-    assert!(eventually(|| probe_runs.load(Ordering::SeqCst) >= probe_before + 20));
-    assert_eq!(victim_runs.load(Ordering::SeqCst), after, "a dropped work ran again");
+    assert!(eventually(
+        || probe_runs.load(Ordering::SeqCst) >= probe_before + 20
+    ));
+    assert_eq!(
+        victim_runs.load(Ordering::SeqCst),
+        after,
+        "a dropped work ran again"
+    );
 }

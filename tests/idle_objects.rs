@@ -61,5 +61,7 @@ fn ten_thousand_idle_objects_cost_no_runs_and_no_wakeups_for_30_s() {
     // Still alive: a touch brings one back.
     objects[0].dirty.store(true, Ordering::SeqCst);
     objects[0].cleanup.lock().unwrap().as_ref().unwrap().touch();
-    assert!(common::eventually(|| runs.load(Ordering::SeqCst) > runs_before));
+    assert!(common::eventually(
+        || runs.load(Ordering::SeqCst) > runs_before
+    ));
 }
