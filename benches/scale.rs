@@ -127,7 +127,10 @@ fn nicework(periods: usize) -> Figures {
 }
 
 fn scheduled_thread_pool(periods: usize) -> Figures {
-    let pool = ScheduledThreadPool::with_name("stp-scale-{}", 1);
+    let pool = ScheduledThreadPool::builder()
+        .num_threads(1)
+        .thread_name_pattern("stp-scale-{}")
+        .build();
     let runs = Arc::new(AtomicU64::new(0));
     let dirty: Arc<Vec<AtomicBool>> =
         Arc::new((0..OBJECTS).map(|_| AtomicBool::new(false)).collect());

@@ -53,6 +53,63 @@
 //! drop(purge); // cancel_sync: never runs again
 //! ```
 //!
+//! # Example: a compacting id space with per-id storage
+//!
+//! A runtime keeps one cache per concurrency id. As threads come and go, ids stay dense,
+//! and slots above the ids still in use are trimmed by the space's compaction work.
+//!
+//! ```
+//! use nicework::{IdSpace, PerCid, Scheduler};
+//!
+//! let sched = Scheduler::new()?;
+//! let ids = IdSpace::new(&sched);
+//! let caches: PerCid<Vec<u64>> = PerCid::new(&ids, Vec::new);
+//! caches.on_reclaim(|cache| cache.clear()); // runs for each trimmed slot
+//! std::thread::scope(|s| {
+//!     for t in 0..4 {
+//!         let caches = &caches;
+//!         s.spawn(move || caches.with(|cache| cache.push(t))); // this thread's slot
+//!     }
+//! });
+//! // The four threads are gone: their ids were released when they exited.
+//! assert_eq!(ids.held(), 0);
+//! let cid = ids.enter();
+//! assert_eq!(cid.get(), 0); // a new thread gets the lowest free id
+//! # Ok::<(), nicework::Error>(())
+//! ```
+//!
+//! # Example: a parallel cleanup on idle CPU
+//!
+//! [`Scheduler::run_chunked`] splits a big job into chunks that the caller runs at its own
+//! priority and up to `workers` helpers run at the scheduler's (nice 19); the closure
+//! may borrow from the caller's stack.
+//!
+//! ```
+//! use std::sync::Mutex;
+//! use nicework::Scheduler;
+//!
+//! let sched = Scheduler::builder().workers(2).build()?;
+//! let table: Vec<Mutex<Vec<String>>> =
+//!     (0..64).map(|i| Mutex::new(vec![format!("entry {i}"); 100])).collect();
+//! sched.run_chunked(0..table.len(), 4, |blocks| {
+//!     for block in &table[blocks] {
+//!         block.lock().unwrap().clear(); // frees this chunk's strings
+//!     }
+//!     Ok::<(), std::convert::Infallible>(())
+//! }).unwrap();
+//! assert!(table.iter().all(|b| b.lock().unwrap().is_empty()));
+//! # Ok::<(), nicework::Error>(())
+//! ```
+//!
+//! # Lending priority
+//!
+//! Works run at nice 19 so that they only use idle CPU; a thread that needs one done now
+//! calls [`Work::flush`]. A pending work then runs on the caller, a running one is raised
+//! to the caller's nice where the process may ([`Scheduler::raise_limit`]), and a work
+//! that runs in [`Next::Yield`] increments is taken over by the caller. Between increments
+//! a worker backs off while every CPU is busy ([`Builder::back_off`]); the README's "Why
+//! low priority" has the measurements.
+//!
 //! # How it maps to the kernel
 //!
 //! | kernel | nicework |
@@ -60,17 +117,45 @@
 //! | `queue_delayed_work` | [`Work::schedule`] |
 //! | `mod_delayed_work` | [`Work::reschedule`] |
 //! | `cancel_delayed_work` / `_sync` | [`Work::cancel`] / [`Work::cancel_sync`], `drop` |
-//! | `flush_delayed_work` | [`Work::flush`], which runs a pending work on the caller |
+//! | `flush_delayed_work`, `flush_work_at_nice` | [`Work::flush`]: runs a pending work on the caller, raises a running one |
 //! | `disable_work` / `enable_work` | [`Work::disable`] / [`Work::enable`] |
 //! | worker pool at `MAX_NICE` | [`Priority::Nice(19)`](Priority::Nice), the default |
 //! | `round_jiffies` batching | the scheduler's slack: deadlines within it share a wakeup |
+//! | `mm_cid`, `task_mm_cid_work` | [`IdSpace`], [`Cid`], its compaction work, [`PerCid`] |
+//! | `padata_do_multithreaded`, ktask | [`Scheduler::run_chunked`] |
 //!
 //! # Testing your code
 //!
 //! [`Scheduler::manual`] has no threads and a virtual clock: [`Scheduler::advance`] runs
-//! due works on the calling thread in deadline order. Built with `--cfg loom` and the
-//! `loom` feature, nicework's locks and atomics are loom's, so a loom model of your type
-//! explores nicework's interleavings too.
+//! due works on the calling thread in deadline order, so a test of your type is exact:
+//!
+//! ```
+//! use std::time::Duration;
+//! use nicework::{Next, Scheduler};
+//!
+//! let sched = Scheduler::manual();
+//! let work = sched.every(Duration::from_secs(60), |_| Next::Again);
+//! assert_eq!(sched.advance(Duration::from_secs(59)), 0);
+//! assert_eq!(sched.advance(Duration::from_secs(1)), 1); // exactly at its deadline
+//! assert_eq!(sched.advance(Duration::from_secs(600)), 10);
+//! drop(work);
+//! ```
+//!
+//! Built with `RUSTFLAGS="--cfg loom"` and nicework's `loom` feature, nicework's locks
+//! and atomics are loom's, so a loom model of your type explores nicework's interleavings
+//! too (only `Scheduler::manual()` exists there, since loom's condition variables ignore
+//! timeouts). `loom-tests/tests/user_type.rs` models a user's cache this way. One caveat:
+//! loom models a `SeqCst` store as a release store only, so data a callback reads to
+//! decide to park should be written with a read-modify-write (`swap`, `fetch_or`) before
+//! [`Work::touch`], or loom reports an interleaving real hardware cannot produce.
+//!
+//! # `fork()`
+//!
+//! In a forked child a scheduler from before the fork is inert: every call returns at
+//! once (`false`, 0, nothing runs), it never takes a lock another thread may have held at
+//! the fork, and dropping it joins nothing. [`global()`] starts a new scheduler in the
+//! child; `Scheduler::new()` works as usual. An [`IdSpace`] made before the fork must
+//! not be used in the child: make a new one.
 //!
 //! # Implementation
 //!
@@ -79,7 +164,10 @@
 //! ticking at the slack. Arming an earlier deadline re-programs the timerfd from the arming
 //! thread. A work's state is one atomic word written under the scheduler's lock and read
 //! lock-free, so `touch()` on an armed work is a single load.
-
+//!
+//! # Semantics
+//!
+#![doc = include_str!("semantics.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
