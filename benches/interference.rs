@@ -320,22 +320,39 @@ fn incremental_job(
     let start = Instant::now();
     let cpu0 = thread_cpu_time();
     work.schedule(Duration::ZERO);
+    let elapsed = finish(&work, flush, &done, increments, start, cap);
+    if flush {
+        let share = (thread_cpu_time() - cpu0).as_secs_f64() / elapsed.as_secs_f64();
+        FLUSHER_SHARE.with(|s| s.borrow_mut().push(share));
+    }
+    elapsed
+}
+
+/// Flushes `work`, or waits until `done` reaches `total` (at most until `cap`); returns
+/// the time since `start`, extrapolated from the progress when the cap was hit.
+fn finish(
+    work: &nicework::Work,
+    flush: bool,
+    done: &AtomicU64,
+    total: u64,
+    start: Instant,
+    cap: Duration,
+) -> Duration {
     if flush {
         work.flush();
-        let share = (thread_cpu_time() - cpu0).as_secs_f64() / start.elapsed().as_secs_f64();
-        FLUSHER_SHARE.with(|s| s.borrow_mut().push(share));
     } else {
-        while done.load(Ordering::SeqCst) < increments && start.elapsed() < cap {
+        while done.load(Ordering::SeqCst) < total && start.elapsed() < cap {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
     let elapsed = start.elapsed();
     let finished = done.load(Ordering::SeqCst);
+    // Still running past the cap: cancel_sync waits for it, so it finishes unseen.
     work.cancel_sync();
-    if finished >= increments {
+    if finished >= total {
         elapsed
     } else {
-        elapsed.mul_f64(increments as f64 / finished.max(1) as f64)
+        elapsed.mul_f64(total as f64 / finished.max(1) as f64)
     }
 }
 
@@ -349,7 +366,7 @@ fn single_run_job(sched: &Scheduler, units: u64, flush: bool, cap: Duration) -> 
         flag.store(true, Ordering::SeqCst);
         for i in 0..units {
             black_box(unit(i));
-            counter.fetch_add(1, Ordering::Relaxed);
+            counter.fetch_add(1, Ordering::SeqCst);
         }
         Next::Park
     });
@@ -358,22 +375,7 @@ fn single_run_job(sched: &Scheduler, units: u64, flush: bool, cap: Duration) -> 
     while !started.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_micros(100));
     }
-    if flush {
-        work.flush();
-    } else {
-        while done.load(Ordering::Relaxed) < units && start.elapsed() < cap {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    let elapsed = start.elapsed();
-    let finished = done.load(Ordering::Relaxed);
-    work.cancel_sync();
-    // Still running past the cap: drop() waits for it, so it finishes unseen.
-    if finished >= units {
-        elapsed
-    } else {
-        elapsed.mul_f64(units as f64 / finished.max(1) as f64)
-    }
+    finish(&work, flush, &done, units, start, cap)
 }
 
 fn table2(increment_1ms: u64) {

@@ -3,39 +3,22 @@
 //!
 //! `cargo bench --bench work` (add `-- quick` for fewer rounds). Prints medians.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::future::Future;
 mod common;
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::per_op;
 use nicework::{Next, Scheduler, Work};
 
 /// Counts live heap bytes, for the bytes-per-parked-work figure.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only adds bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+#[path = "../tests/common/counting.rs"]
+mod counting;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: counting::Counting = counting::Counting;
 
 fn touch_armed() {
     let sched = Scheduler::new().unwrap();
@@ -133,11 +116,11 @@ fn heap_per_parked_work() {
     const N: usize = 10_000;
     let sched = Scheduler::manual();
     let mut works: Vec<Work> = Vec::with_capacity(N);
-    let before = LIVE.load(Ordering::SeqCst);
+    let before = counting::live_bytes();
     for _ in 0..N {
         works.push(sched.work(|_| Next::Park));
     }
-    let nicework = (LIVE.load(Ordering::SeqCst) - before) as f64 / N as f64;
+    let nicework = (counting::live_bytes() - before) as f64 / N as f64;
     drop(works);
 
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -146,11 +129,11 @@ fn heap_per_parked_work() {
         .unwrap();
     let tokio = rt.block_on(async {
         let mut sleeps = Vec::with_capacity(N);
-        let before = LIVE.load(Ordering::SeqCst);
+        let before = counting::live_bytes();
         for _ in 0..N {
             sleeps.push(Box::pin(tokio::time::sleep(Duration::from_secs(3600))));
         }
-        (LIVE.load(Ordering::SeqCst) - before) as f64 / N as f64
+        (counting::live_bytes() - before) as f64 / N as f64
     });
     println!(
         "heap per parked work          {nicework:6.1} B    tokio Box<Sleep> {tokio:6.1} B   (target <= 88 B; kernel delayed_work 88 B)"

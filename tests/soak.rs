@@ -2,42 +2,15 @@
 //! used by 16 threads, with live heap bytes counted by a counting global allocator. The
 //! assertion is on bytes, never on time.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use nicework::{IdSpace, Next, PerCid, Scheduler};
 
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "common/counting.rs"]
+mod counting;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 fn round(sched: &Scheduler, round: usize, all_armed: bool) {
     let works: Vec<_> = (0..10_000)
@@ -84,11 +57,11 @@ fn live_heap_bytes_are_flat_over_200_rounds() {
     for r in 1..3 {
         round(&sched, r, false);
     }
-    let start = LIVE_BYTES.load(Ordering::SeqCst);
+    let start = counting::live_bytes();
     for r in 3..203 {
         round(&sched, r, false);
     }
-    let end = LIVE_BYTES.load(Ordering::SeqCst);
+    let end = counting::live_bytes();
     println!("live heap bytes: {start} at round 3, {end} at round 203");
     // One round allocates about 1.5 MB; a leak of even one work per round would show.
     assert!(

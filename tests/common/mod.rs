@@ -106,3 +106,18 @@ pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
     print!("{text}");
     true
 }
+
+/// Asserts that `work` is inert, as after its scheduler was dropped: every arming call
+/// returns false and leaves it unarmed, and nothing waits.
+pub fn assert_inert(work: &nicework::Work) {
+    assert!(!work.is_pending() && !work.is_running());
+    assert!(!work.schedule(Duration::ZERO));
+    assert!(!work.reschedule(Duration::ZERO));
+    work.touch();
+    assert!(!work.is_pending());
+    assert!(!work.flush());
+    assert!(!work.cancel());
+    assert!(!work.cancel_sync());
+    assert!(!work.disable());
+    work.enable();
+}
