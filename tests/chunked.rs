@@ -154,21 +154,24 @@ fn an_empty_range_returns_at_once_without_calling_f() {
 #[test]
 fn one_worker_and_the_caller_share_the_job() {
     let sched = Scheduler::builder().workers(1).build().unwrap();
-    // Slow chunks so the helper surely starts before the caller is done with all 8.
+    let worker = sched.worker_tids()[0];
+    let helper_started = std::sync::atomic::AtomicBool::new(false);
     let threads = Mutex::new(HashSet::new());
+    // The caller's chunks wait until the helper has one, so both surely take part
+    // however slowly the nice-19 helper gets a CPU.
     sched
         .run_chunked(0..8, 1, |_| {
             threads.lock().unwrap().insert(gettid());
-            std::thread::sleep(Duration::from_millis(20));
+            if gettid() == worker {
+                helper_started.store(true, Ordering::SeqCst);
+            } else {
+                assert!(common::eventually(|| helper_started.load(Ordering::SeqCst)));
+            }
             Ok::<(), ()>(())
         })
         .unwrap();
     let threads = threads.into_inner().unwrap();
-    assert!(threads.contains(&gettid()), "the caller ran chunks");
-    assert!(
-        threads.contains(&sched.worker_tids()[0]),
-        "the helper ran chunks"
-    );
+    assert_eq!(threads, HashSet::from([gettid(), worker]));
 }
 
 #[test]

@@ -182,3 +182,83 @@ impl Lending {
         }
     }
 }
+
+#[cfg(all(test, not(all(loom, feature = "loom"))))]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// A limit between the flusher's nice and the worker's (as `RLIMIT_NICE` 15 gives:
+    /// nice 5) raises the worker only to the limit. Needs the right to raise, so it runs
+    /// where the process has `CAP_SYS_NICE` (the integration tests cover the rest).
+    #[test]
+    fn a_limit_above_the_flusher_raises_only_to_the_limit_and_restore_puts_it_back() {
+        if priority::raise_limit() != Some(-20) {
+            println!("skipped: raising a thread here needs CAP_SYS_NICE");
+            return;
+        }
+        let mut lending = Lending::new(Some(5));
+        let (registered_tx, registered) = mpsc::channel();
+        let (restore_tx, restore_rx) = mpsc::channel::<Option<Restore>>();
+        let worker = std::thread::spawn(move || {
+            priority::set_nice(priority::current_tid(), 19).unwrap();
+            registered_tx
+                .send((priority::current_tid(), priority::current_nice().unwrap()))
+                .unwrap();
+            if let Some(restore) = restore_rx.recv().unwrap() {
+                restore.apply();
+            }
+            priority::current_nice().unwrap()
+        });
+        let (tid, base) = registered.recv().unwrap();
+        assert_eq!(base, 19);
+        // Register the worker's slot as the worker itself would.
+        lending.slots.push(RunSlot {
+            tid,
+            base_nice: base,
+            base_idle: false,
+            running: 0,
+            lent: None,
+        });
+        lending.start(0, 0x1000);
+        lending.lend(0x2000, || (0, false));
+        assert_eq!(
+            lending.stats.waited, 1,
+            "a run it does not wait for is not raised"
+        );
+        lending.lend(0x1000, || (0, false));
+        assert_eq!(lending.stats.raised, 1);
+        assert_eq!(
+            priority::nice_of(tid).unwrap(),
+            5,
+            "raised to the limit, not to 0"
+        );
+        lending.lend(0x1000, || (-10, false));
+        assert_eq!(
+            lending.stats.waited, 2,
+            "already at the limit: nothing more to lend"
+        );
+        assert!(lending.is_lent_to(tid));
+        restore_tx.send(lending.finish(0)).unwrap();
+        assert_eq!(worker.join().unwrap(), 19, "the worker put itself back");
+        assert!(!lending.is_lent_to(tid));
+    }
+
+    #[test]
+    fn without_a_limit_nothing_is_raised() {
+        let mut lending = Lending::new(None);
+        lending.slots.push(RunSlot {
+            tid: priority::current_tid(),
+            base_nice: 19,
+            base_idle: false,
+            running: 0x1000,
+            lent: None,
+        });
+        lending.lend(0x1000, || {
+            unreachable!("the flusher's nice is not even read")
+        });
+        assert_eq!((lending.stats.raised, lending.stats.waited), (0, 1));
+        assert!(lending.finish(0).is_none());
+    }
+}
