@@ -154,8 +154,9 @@
 //! In a forked child a scheduler from before the fork is inert: every call returns at
 //! once (`false`, 0, nothing runs), it never takes a lock another thread may have held at
 //! the fork, and dropping it joins nothing. [`global()`] starts a new scheduler in the
-//! child; `Scheduler::new()` works as usual. An [`IdSpace`] made before the fork must
-//! not be used in the child: make a new one.
+//! child; `Scheduler::new()` works as usual. An [`IdSpace`] made before the fork keeps
+//! serving the forking thread its id, but any call that needs the space's lock panics
+//! with a clear message rather than risk blocking forever: make a new one in the child.
 //!
 //! # Implementation
 //!

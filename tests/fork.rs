@@ -137,3 +137,56 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
     assert!(common::eventually(|| runs.load(Ordering::Relaxed) > before));
     drop(busy);
 }
+
+#[test]
+fn an_id_space_from_before_the_fork_refuses_loudly_in_the_child_and_a_new_one_works() {
+    let sched = Scheduler::new().unwrap();
+    let ids = nicework::IdSpace::new(&sched);
+    let forking_thread_id = ids.enter().get();
+    // Another thread keeps taking the space's lock (entering after losing its id).
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        let ids = nicework::IdSpace::new(&sched);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::scope(|s| {
+                    s.spawn(|| drop(ids.enter()));
+                });
+            }
+        })
+    };
+    let code = in_child(|| {
+        // The forking thread still owns its id: the lock-free path works.
+        let same = ids.enter().get() == forking_thread_id;
+        // A new thread needs the lock: a clear panic, never a hang.
+        let refused = std::thread::scope(|s| {
+            s.spawn(|| drop(ids.enter()))
+                .join()
+                .err()
+                .and_then(|payload| {
+                    let text = payload.downcast_ref::<&str>().map(|s| s.to_string());
+                    text.or_else(|| payload.downcast_ref::<String>().cloned())
+                })
+                .is_some_and(|message| message.contains("made before fork()"))
+        });
+        // A space made in the child works, with the child's own scheduler.
+        let child_sched = Scheduler::new().unwrap();
+        let fresh = nicework::IdSpace::new(&child_sched);
+        let fresh_ids: Vec<usize> = std::thread::scope(|s| {
+            let a = s.spawn(|| fresh.enter().get());
+            let b = s.spawn(|| fresh.enter().get());
+            vec![a.join().unwrap(), b.join().unwrap()]
+        });
+        let fresh_ok = fresh_ids.iter().all(|&id| id < 2);
+        if same && refused && fresh_ok {
+            0
+        } else {
+            eprintln!("same {same} refused {refused} fresh {fresh_ids:?}");
+            1
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(code, 0, "a check failed in the child");
+}

@@ -35,6 +35,9 @@ pub(crate) struct SpaceInner {
     threads: AtomicUsize,
     /// The compaction work. Its closure holds a `Weak` to this space.
     work: Work,
+    /// The fork generation the space was made in: in a forked child its lock may have
+    /// been held by a thread that is gone, so the paths that take it refuse instead.
+    fork_generation: u64,
 }
 
 impl std::fmt::Debug for SpaceInner {
@@ -54,6 +57,18 @@ fn next_serial() -> u64 {
 }
 
 impl SpaceInner {
+    /// The paths that take the space's lock call this first. In a `fork()`ed child the
+    /// lock may have been held at the fork by a thread that no longer exists; a clear
+    /// panic beats blocking forever (see `IdSpace::enter`).
+    fn refuse_in_forked_child(&self) {
+        if crate::scheduler::fork::is_forked_since(self.fork_generation) {
+            panic!(
+                "nicework: an IdSpace made before fork() was used in the child; \
+                 make a new IdSpace after the fork"
+            );
+        }
+    }
+
     fn publish(&self, state: &SpaceState) {
         self.held.store(state.ids.owned(), Ordering::Relaxed);
         self.high_water
@@ -61,6 +76,7 @@ impl SpaceInner {
     }
 
     pub(crate) fn add_thread(&self, record: Arc<ThreadRec>) {
+        self.refuse_in_forked_child();
         let mut state = lock(&self.state);
         state.threads.push(record);
         self.threads.store(state.threads.len(), Ordering::Relaxed);
@@ -68,6 +84,11 @@ impl SpaceInner {
 
     /// Thread exit: the thread's id is free at once.
     pub(crate) fn release_thread(&self, record: &Arc<ThreadRec>) {
+        if crate::scheduler::fork::is_forked_since(self.fork_generation) {
+            // A thread exiting in a forked child: its id stays taken (a panic here, in
+            // a thread-local destructor, would abort).
+            return;
+        }
         let mut state = lock(&self.state);
         let id = record.cid.load(Ordering::Relaxed);
         if id != NO_ID {
@@ -86,6 +107,7 @@ impl SpaceInner {
     /// number of ids held. Called with `pin == 1`.
     #[cold]
     fn acquire(&self, record: &ThreadRec) -> usize {
+        self.refuse_in_forked_child();
         let mut state = lock(&self.state);
         let current = record.cid.load(Ordering::Relaxed);
         if current != NO_ID && current < state.ids.owned() {
@@ -158,6 +180,7 @@ impl SpaceInner {
     }
 
     pub(crate) fn register_trim(&self, trim: Weak<dyn Trim>) {
+        self.refuse_in_forked_child();
         lock(&self.state).trims.push(trim);
     }
 
@@ -196,6 +219,7 @@ impl SpaceInner {
     /// A guard for a thread whose locals are being torn down: an id just for this guard.
     #[cold]
     fn enter_transient(&self) -> Cid<'_> {
+        self.refuse_in_forked_child();
         let mut state = lock(&self.state);
         let id = state.ids.take_lowest();
         self.publish(&state);
@@ -266,6 +290,7 @@ impl IdSpaceBuilder {
                 high_water: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
                 work,
+                fork_generation: crate::scheduler::fork::generation(),
             }
         });
         IdSpace { inner }
@@ -302,6 +327,14 @@ impl IdSpace {
     /// takes the lowest free id; later calls reuse it without any atomic read-modify-write,
     /// unless it is no longer below [`held`](Self::held), in which case the thread moves
     /// to the lowest free id. Nested calls on one thread return the same id.
+    ///
+    /// # Panics
+    ///
+    /// In a `fork()`ed child, on a space made before the fork, when the call needs the
+    /// space's lock (any thread but the forking one, or one whose id must move): that
+    /// lock may have been held at the fork by a thread the child does not have, so the
+    /// call panics with a clear message instead of blocking forever. Make a new `IdSpace`
+    /// after the fork.
     #[inline]
     pub fn enter(&self) -> Cid<'_> {
         self.inner.enter()

@@ -12,7 +12,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod builder;
-mod fork;
+pub(crate) mod fork;
 mod global;
 pub(crate) mod lending;
 pub(crate) mod shared;
