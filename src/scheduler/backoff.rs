@@ -9,7 +9,7 @@
 //! So a worker watches for others waiting: after a run that returned
 //! [`Next::Yield`](crate::Next::Yield) it reads the number of runnable threads
 //! (`/proc/loadavg`, which the kernel computes as the sum of the run-queue lengths) and, if
-//! that exceeds the CPUs this process may use, the next increment is deferred by a
+//! that exceeds the machine's online CPUs, the next increment is deferred by a
 //! back-off that doubles while the contention lasts (1 ms up to 128 ms) and resets as soon
 //! as a probe finds a free CPU. While the worker sleeps its CPU goes idle, and an idle CPU
 //! pulls a waiting thread over at once (new-idle balancing), which undoes the stacking.
@@ -43,7 +43,7 @@ impl Backoff {
         let loadavg = enabled.then(|| File::open("/proc/loadavg").ok()).flatten();
         Backoff {
             loadavg,
-            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            cpus: online_cpus(),
             delay_ns: 0,
             deferred: 0,
         }
@@ -66,7 +66,7 @@ impl Backoff {
         self.delay_ns
     }
 
-    /// Whether more threads are runnable than this process has CPUs (the count includes
+    /// Whether more threads are runnable than the machine has CPUs (the count includes
     /// the calling worker).
     fn others_waiting(&self) -> bool {
         let Some(file) = &self.loadavg else {
@@ -78,6 +78,21 @@ impl Backoff {
         };
         runnable_threads(&text[..len]).is_some_and(|runnable| runnable > self.cpus)
     }
+}
+
+/// CPUs online in the machine. The runnable count is machine-wide, so it is compared
+/// with the machine's CPUs, not with this process's share of them: in a container with a
+/// 2-CPU quota on a 64-CPU host, comparing the host's runnable count with 2 would defer
+/// every increment on a busy host even while the container idles. The price is that
+/// contention confined to a CPU subset (`taskset`, cpusets) goes unseen, and the worker
+/// is then no worse than plain nice 19.
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// The "running" count in `/proc/loadavg` (`0.00 0.01 0.05 3/250 12345`).
