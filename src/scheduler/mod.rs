@@ -332,6 +332,13 @@ impl Scheduler {
 
     /// Whether the workers back off between `Yield` increments while the CPUs are busy
     /// (see [`Builder::back_off`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(nicework::Scheduler::new()?.backs_off()); // on by default
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
     pub fn backs_off(&self) -> bool {
         self.shared.config.back_off
     }
