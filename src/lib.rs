@@ -66,10 +66,15 @@
 //! let caches: PerCid<Vec<u64>> = PerCid::new(&ids, Vec::new);
 //! caches.on_reclaim(|cache| cache.clear()); // runs for each trimmed slot
 //! std::thread::scope(|s| {
-//!     for t in 0..4 {
-//!         let caches = &caches;
-//!         s.spawn(move || caches.with(|cache| cache.push(t))); // this thread's slot
-//!     }
+//!     let threads: Vec<_> = (0..4)
+//!         .map(|t| {
+//!             let caches = &caches;
+//!             s.spawn(move || caches.with(|cache| cache.push(t))) // this thread's slot
+//!         })
+//!         .collect();
+//!     // join() waits for the whole thread exit, thread-local destructors included
+//!     // (the end of a scope alone does not).
+//!     threads.into_iter().for_each(|t| t.join().unwrap());
 //! });
 //! // The four threads are gone: their ids were released when they exited.
 //! assert_eq!(ids.held(), 0);

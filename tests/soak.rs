@@ -34,12 +34,19 @@ fn round(sched: &Scheduler, round: usize, all_armed: bool) {
         .build(sched);
     let slots: PerCid<Vec<u64>> = PerCid::new(&ids, Vec::new);
     std::thread::scope(|s| {
-        for t in 0..16 {
-            let (ids, slots) = (&ids, &slots);
-            s.spawn(move || {
-                let _cid = ids.enter();
-                slots.with(|slot| slot.push((round * 16 + t) as u64));
-            });
+        let threads: Vec<_> = (0..16)
+            .map(|t| {
+                let (ids, slots) = (&ids, &slots);
+                s.spawn(move || {
+                    let _cid = ids.enter();
+                    slots.with(|slot| slot.push((round * 16 + t) as u64));
+                })
+            })
+            .collect();
+        // Explicit joins: the end of a scope does not wait for the threads' thread-local
+        // destructors, which free their id records.
+        for thread in threads {
+            thread.join().unwrap();
         }
     });
     drop(works);

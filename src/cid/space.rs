@@ -340,7 +340,10 @@ impl IdSpace {
         self.inner.enter()
     }
 
-    /// Ids owned by threads (pinned or not).
+    /// Ids owned by threads (pinned or not). A thread's id is released when the thread
+    /// exits, before `JoinHandle::join` returns; the end of a `std::thread::scope` is not
+    /// such a join (it can return before the threads' thread-local destructors ran), so
+    /// join scoped threads explicitly before counting on `held()`.
     pub fn held(&self) -> usize {
         self.inner.held.load(Ordering::Relaxed)
     }
