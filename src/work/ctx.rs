@@ -40,8 +40,11 @@ pub enum Next {
     Again,
     /// Re-arm after this delay; the period is unchanged.
     After(Duration),
-    /// More to do: run again as soon as the other due works had their turn. A thread
-    /// blocked in [`Work::flush`](crate::Work::flush) takes the remaining increments.
+    /// More to do: run again as soon as the other due works had their turn. While more
+    /// threads are runnable than the machine has CPUs, a worker defers the next
+    /// increment by a growing back-off instead ([`Builder::back_off`](crate::Builder::back_off)),
+    /// so a long cleanup only uses idle CPU. A thread blocked in
+    /// [`Work::flush`](crate::Work::flush) takes the remaining increments on itself.
     Yield,
     /// Nothing to do: stay disarmed until `touch()` or `schedule()`.
     Park,
