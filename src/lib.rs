@@ -159,9 +159,10 @@
 //! In a forked child a scheduler from before the fork is inert: every call returns at
 //! once (`false`, 0, nothing runs), it never takes a lock another thread may have held at
 //! the fork, and dropping it joins nothing. [`global()`] starts a new scheduler in the
-//! child; `Scheduler::new()` works as usual. An [`IdSpace`] made before the fork keeps
-//! serving the forking thread its id, but any call that needs the space's lock panics
-//! with a clear message rather than risk blocking forever: make a new one in the child.
+//! child; `Scheduler::new()` works as usual. An [`IdSpace`] made before the fork never
+//! takes its lock in the child either: the forking thread keeps its id and other threads
+//! get fresh ids above the high water at the fork (unique, but neither reused nor
+//! compacted); make a new one in the child for dense ids.
 //!
 //! # Implementation
 //!

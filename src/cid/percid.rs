@@ -171,11 +171,8 @@ pub struct PerCid<T: Send + 'static> {
 
 impl<T: Send + 'static> PerCid<T> {
     /// Creates the storage; `init` makes a slot's value the first time its id is used.
-    ///
-    /// # Panics
-    ///
-    /// In a `fork()`ed child, for a space made before the fork (see
-    /// [`IdSpace::enter`]).
+    /// (For a space made before a `fork()`, in the child, slots are never trimmed; see
+    /// [`IdSpace::enter`].)
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
         let slots = Arc::new(Slots {
             buckets: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),

@@ -36,8 +36,12 @@ pub(crate) struct SpaceInner {
     /// The compaction work. Its closure holds a `Weak` to this space.
     work: Work,
     /// The fork generation the space was made in: in a forked child its lock may have
-    /// been held by a thread that is gone, so the paths that take it refuse instead.
+    /// been held by a thread that is gone, so the child never takes it (see
+    /// `in_forked_child`).
     fork_generation: u64,
+    /// Ids handed out in a forked child, counted from the high water at the fork. A std
+    /// atomic: it is never part of a loom model.
+    child_ids: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for SpaceInner {
@@ -57,16 +61,25 @@ fn next_serial() -> u64 {
 }
 
 impl SpaceInner {
-    /// The paths that take the space's lock call this first. In a `fork()`ed child the
-    /// lock may have been held at the fork by a thread that no longer exists; a clear
-    /// panic beats blocking forever (see `IdSpace::enter`).
-    fn refuse_in_forked_child(&self) {
-        if crate::scheduler::fork::is_forked_since(self.fork_generation) {
-            panic!(
-                "nicework: an IdSpace made before fork() was used in the child; \
-                 make a new IdSpace after the fork"
-            );
-        }
+    /// Whether this is a copy in a `fork()`ed child. There the lock may have been held at
+    /// the fork by a thread that no longer exists, so every path that would take it
+    /// takes a lock-free degraded path instead: the forking thread keeps its id, other
+    /// threads get fresh ids above the high water at the fork (unique, never reused, not
+    /// compacted: the compaction work lived on the parent's scheduler), and nothing is
+    /// released. Slots of ids the parent's vanished threads held are never handed out.
+    #[inline]
+    fn in_forked_child(&self) -> bool {
+        crate::scheduler::fork::is_forked_since(self.fork_generation)
+    }
+
+    /// A fresh id in a forked child (see `in_forked_child`).
+    #[cold]
+    fn child_id(&self) -> usize {
+        let above = self.high_water.load(Ordering::Relaxed);
+        above
+            + self
+                .child_ids
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn publish(&self, state: &SpaceState) {
@@ -76,7 +89,10 @@ impl SpaceInner {
     }
 
     pub(crate) fn add_thread(&self, record: Arc<ThreadRec>) {
-        self.refuse_in_forked_child();
+        if self.in_forked_child() {
+            // Only the scan reads the list, and it does not run in the child.
+            return;
+        }
         let mut state = lock(&self.state);
         state.threads.push(record);
         self.threads.store(state.threads.len(), Ordering::Relaxed);
@@ -84,9 +100,8 @@ impl SpaceInner {
 
     /// Thread exit: the thread's id is free at once.
     pub(crate) fn release_thread(&self, record: &Arc<ThreadRec>) {
-        if crate::scheduler::fork::is_forked_since(self.fork_generation) {
-            // A thread exiting in a forked child: its id stays taken (a panic here, in
-            // a thread-local destructor, would abort).
+        if self.in_forked_child() {
+            // Ids are not reused in a forked child (see `in_forked_child`).
             return;
         }
         let mut state = lock(&self.state);
@@ -107,7 +122,15 @@ impl SpaceInner {
     /// number of ids held. Called with `pin == 1`.
     #[cold]
     fn acquire(&self, record: &ThreadRec) -> usize {
-        self.refuse_in_forked_child();
+        if self.in_forked_child() {
+            let current = record.cid.load(Ordering::Relaxed);
+            if current != NO_ID {
+                return current;
+            }
+            let id = self.child_id();
+            record.cid.store(id, Ordering::Relaxed);
+            return id;
+        }
         let mut state = lock(&self.state);
         let current = record.cid.load(Ordering::Relaxed);
         if current != NO_ID && current < state.ids.owned() {
@@ -180,7 +203,10 @@ impl SpaceInner {
     }
 
     pub(crate) fn register_trim(&self, trim: Weak<dyn Trim>) {
-        self.refuse_in_forked_child();
+        if self.in_forked_child() {
+            // Trims run in the scan, which does not run in the child.
+            return;
+        }
         lock(&self.state).trims.push(trim);
     }
 
@@ -219,7 +245,9 @@ impl SpaceInner {
     /// A guard for a thread whose locals are being torn down: an id just for this guard.
     #[cold]
     fn enter_transient(&self) -> Cid<'_> {
-        self.refuse_in_forked_child();
+        if self.in_forked_child() {
+            return Cid::new(self, None, self.child_id());
+        }
         let mut state = lock(&self.state);
         let id = state.ids.take_lowest();
         self.publish(&state);
@@ -291,6 +319,7 @@ impl IdSpaceBuilder {
                 threads: AtomicUsize::new(0),
                 work,
                 fork_generation: crate::scheduler::fork::generation(),
+                child_ids: std::sync::atomic::AtomicUsize::new(0),
             }
         });
         IdSpace { inner }
@@ -328,13 +357,10 @@ impl IdSpace {
     /// unless it is no longer below [`held`](Self::held), in which case the thread moves
     /// to the lowest free id. Nested calls on one thread return the same id.
     ///
-    /// # Panics
-    ///
-    /// In a `fork()`ed child, on a space made before the fork, when the call needs the
-    /// space's lock (any thread but the forking one, or one whose id must move): that
-    /// lock may have been held at the fork by a thread the child does not have, so the
-    /// call panics with a clear message instead of blocking forever. Make a new `IdSpace`
-    /// after the fork.
+    /// In a `fork()`ed child a space made before the fork never takes its lock (another
+    /// thread may have held it at the fork): the forking thread keeps its id, other
+    /// threads get fresh ids above the high water at the fork, unique but neither reused
+    /// nor compacted. Make a new `IdSpace` after the fork for dense ids.
     #[inline]
     pub fn enter(&self) -> Cid<'_> {
         self.inner.enter()
@@ -423,6 +449,7 @@ impl Drop for Cid<'_> {
                 // that sees the pin cleared.
                 record.pin.store(depth - 1, Ordering::Release);
             }
+            None if self.space.in_forked_child() => {}
             None => {
                 let mut state = lock(&self.space.state);
                 state.ids.release(self.id);
