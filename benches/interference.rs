@@ -5,16 +5,18 @@
 //! all of them alike; figures are medians over rounds of per-round ratios.
 //!
 //! Table 1, foreground loss: two nice-0 threads run a CPU-bound loop for a fixed wall time
-//! and count iterations (and read their own CPU time), first alone, then while one
+//! and count iterations and read their own CPU time, first alone, then while one
 //! saturating maintenance load runs: a plain `std::thread` (what thread-pool crates do:
 //! their threads inherit nice 0), and a nicework work that returns `Next::Yield` after
 //! each ~0.5 ms increment, at `Normal`, `Nice(19)` and `Idle`, with the default back-off
 //! and without it, and with a back-off written in user code that watches the worker's own
-//! `run_delay` (`/proc/thread-self/schedstat`) instead of the runnable count. The last
-//! columns give the maintenance load's own progress (increments per second) under that
+//! `run_delay` (`/proc/thread-self/schedstat`) instead of the runnable count. "fg loss"
+//! is the iteration count against the same round alone; "fg CPU loss" the CPU time the
+//! loops got against alone, which the host's speed variations (steal, frequency) do not
+//! blur. The last columns give the maintenance load's own progress (increments per second) under that
 //! contention and on an otherwise idle machine.
 //!
-//! Table 2, flush latency: a pending incremental work of about 200 ms CPU (400 increments)
+//! Table 2, flush latency: a pending incremental work of about 200 ms CPU (200 increments)
 //! is flushed while two nice-0 threads saturate both CPUs, against the same flush on an
 //! idle machine. "Plain wait" waits for the worker (Nice(19)) to finish it: it is capped
 //! and extrapolated from the increments done. A third row flushes a work that runs as
@@ -227,7 +229,7 @@ fn table1(increment: u64, wall: Duration) {
         nw(Priority::Idle, true, false),
     ];
     let n = kinds.len();
-    // Per kind: per-round (loss, fg CPU share, maintenance increments/s).
+    // Per kind: per-round (iteration loss, CPU-time loss, maintenance increments/s).
     let mut results: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); n];
     let mut solo: Vec<Vec<f64>> = vec![Vec::new(); n];
     for round in 0..rounds() {
@@ -245,9 +247,13 @@ fn table1(increment: u64, wall: Duration) {
             iterations[i] = iters;
             cells[i] = (share, increments);
         }
-        let alone = iterations[0] as f64;
+        let (alone, alone_share) = (iterations[0] as f64, cells[0].0);
         for i in 0..n {
-            results[i].push((1.0 - iterations[i] as f64 / alone, cells[i].0, cells[i].1));
+            results[i].push((
+                1.0 - iterations[i] as f64 / alone,
+                1.0 - cells[i].0 / alone_share,
+                cells[i].1,
+            ));
         }
         // The maintenance load's own rate on an otherwise idle machine.
         for i in 1..n {
@@ -263,11 +269,11 @@ fn table1(increment: u64, wall: Duration) {
     );
     println!(
         "{:<42} {:>10} {:>12} {:>16} {:>16}",
-        "maintenance load", "fg loss", "fg CPU/thr", "maint incr/s", "maint idle incr/s"
+        "maintenance load", "fg loss", "fg CPU loss", "maint incr/s", "maint idle incr/s"
     );
     for i in 0..n {
         let loss = median(results[i].iter().map(|r| r.0).collect());
-        let share = median(results[i].iter().map(|r| r.1).collect());
+        let cpu_loss = median(results[i].iter().map(|r| r.1).collect());
         let rate = median(results[i].iter().map(|r| r.2).collect());
         let idle_rate = if i == 0 {
             "-".to_string()
@@ -280,10 +286,10 @@ fn table1(increment: u64, wall: Duration) {
             format!("{rate:.0}")
         };
         println!(
-            "{:<42} {:>9.2}% {:>11.1}% {:>16} {:>16}",
+            "{:<42} {:>9.2}% {:>11.2}% {:>16} {:>16}",
             kinds[i].label(),
             loss * 100.0,
-            share * 100.0,
+            cpu_loss * 100.0,
             rate,
             idle_rate
         );
