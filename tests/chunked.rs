@@ -8,13 +8,8 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
-use common::EVENTUALLY;
+use common::{gettid, EVENTUALLY};
 use nicework::{Next, Scheduler};
-
-fn gettid() -> i32 {
-    // SAFETY: plain system call.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
 
 /// Runs a job over `len` elements and checks each was visited exactly once; returns the
 /// set of threads that ran chunks.
@@ -283,7 +278,9 @@ fn the_caller_lends_its_priority_to_a_helper_still_running() {
             assert_eq!(seen, 19, "without the right the helper stays at nice 19");
         }
     }
-    // SAFETY: plain system call with integer arguments.
-    let now = unsafe { libc::getpriority(libc::PRIO_PROCESS, worker as libc::id_t) };
-    assert_eq!(now, 19, "the helper's worker is back at nice 19");
+    assert_eq!(
+        common::nice_of(worker),
+        19,
+        "the helper's worker is back at nice 19"
+    );
 }

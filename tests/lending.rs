@@ -10,23 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use common::{current_nice, current_policy, eventually, EVENTUALLY};
+use common::{current_nice, current_policy, eventually, gettid, nice_of, policy_of, EVENTUALLY};
 use nicework::{Next, Priority, Scheduler};
-
-fn nice_of(tid: i32) -> i32 {
-    // SAFETY: plain system call with integer arguments.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) }
-}
-
-fn policy_of(tid: i32) -> i32 {
-    // SAFETY: plain system call with an integer argument.
-    unsafe { libc::sched_getscheduler(tid) }
-}
-
-fn gettid() -> i32 {
-    // SAFETY: plain system call.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
 
 #[test]
 fn flush_of_a_pending_work_runs_on_the_caller_at_its_priority() {

@@ -37,10 +37,8 @@ fn unprivileged() {
 }
 
 fn unprivileged_checks() {
-    // SAFETY: geteuid has no preconditions.
-    assert_ne!(unsafe { libc::geteuid() }, 0);
-    // SAFETY: plain system call.
-    let current = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert!(!common::is_root());
+    let current = common::current_nice();
     if current <= -20 || nice_limit_allows(current - 1) {
         println!("skipped: RLIMIT_NICE lets this user lower nice");
         return;

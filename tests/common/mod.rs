@@ -35,10 +35,27 @@ pub fn drop_flag() -> (DropFlag, Arc<AtomicBool>) {
     (DropFlag(flag.clone()), flag)
 }
 
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: plain system call.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// Thread `tid`'s nice value.
+pub fn nice_of(tid: i32) -> i32 {
+    // SAFETY: plain system call with integer arguments.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) }
+}
+
+/// Thread `tid`'s scheduling policy.
+pub fn policy_of(tid: i32) -> i32 {
+    // SAFETY: plain system call with an integer argument.
+    unsafe { libc::sched_getscheduler(tid) }
+}
+
 /// The calling thread's nice value.
 pub fn current_nice() -> i32 {
-    // SAFETY: plain system calls with integer arguments.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as u32) }
+    nice_of(gettid())
 }
 
 /// The calling thread's scheduling policy.
