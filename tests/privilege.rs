@@ -19,8 +19,7 @@ fn nice_limit_allows(nice: i32) -> bool {
 
 #[test]
 fn raising_the_worker_above_the_callers_priority_needs_privilege() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !common::is_root() {
         unprivileged_checks();
         return;
     }
