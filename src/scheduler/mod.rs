@@ -228,11 +228,10 @@ impl Scheduler {
     /// The scheduler's current time: virtual for a manual scheduler (in a `fork()`ed
     /// child, where a scheduler from before the fork is inert, the real time).
     pub fn now(&self) -> Instant {
-        if self.shared.is_forked_copy() {
-            return Instant::now();
+        match self.shared.lock_unless_forked() {
+            Some(core) => self.shared.instant_at(self.shared.now_ns(&core)),
+            None => Instant::now(),
         }
-        let core = self.shared.lock();
-        self.shared.instant_at(self.shared.now_ns(&core))
     }
 
     pub(crate) fn instant_at(&self, ns: u64) -> Instant {
@@ -308,10 +307,9 @@ impl Scheduler {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn raise_limit(&self) -> Option<i32> {
-        if self.shared.is_forked_copy() {
-            return None;
-        }
-        self.shared.lock().lending.limit()
+        self.shared
+            .lock_unless_forked()
+            .and_then(|core| core.lending.limit())
     }
 
     /// How flushes lent their priority so far: runs they executed themselves, runs in
@@ -324,10 +322,9 @@ impl Scheduler {
     /// assert_eq!(sched.lending_stats(), nicework::LendingStats::default());
     /// ```
     pub fn lending_stats(&self) -> LendingStats {
-        if self.shared.is_forked_copy() {
-            return LendingStats::default();
-        }
-        self.shared.lock().lending.stats
+        self.shared
+            .lock_unless_forked()
+            .map_or_else(LendingStats::default, |core| core.lending.stats)
     }
 
     /// Whether the workers back off between `Yield` increments while the CPUs are busy
@@ -352,18 +349,16 @@ impl Scheduler {
     /// assert_eq!(nicework::Scheduler::manual().deferred_yields(), 0);
     /// ```
     pub fn deferred_yields(&self) -> u64 {
-        if self.shared.is_forked_copy() {
-            return 0;
-        }
-        self.shared.lock().deferred_yields
+        self.shared
+            .lock_unless_forked()
+            .map_or(0, |core| core.deferred_yields)
     }
 
     /// Number of armed works (in the wheel or due).
     pub fn armed(&self) -> usize {
-        if self.shared.is_forked_copy() {
-            return 0;
-        }
-        self.shared.lock().timers.len()
+        self.shared
+            .lock_unless_forked()
+            .map_or(0, |core| core.timers.len())
     }
 }
 

@@ -192,8 +192,17 @@ impl Shared {
         super::fork::is_forked_since(self.fork_generation)
     }
 
+    /// The core lock, for workers and the paths they run (which never exist in a forked
+    /// child). Entry points callable from user threads use `lock_unless_forked`.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
         lock(&self.core)
+    }
+
+    /// The core lock, or `None` in a `fork()`ed child, where the lock may have been held
+    /// at the fork by a thread that no longer exists and the scheduler is inert (see
+    /// `fork`). Every operation a user thread can call takes the lock through this.
+    pub(crate) fn lock_unless_forked(&self) -> Option<MutexGuard<'_, Core>> {
+        (!self.is_forked_copy()).then(|| self.lock())
     }
 
     pub(crate) fn now_ns(&self, core: &Core) -> u64 {
@@ -450,13 +459,12 @@ impl Shared {
     // === the operations behind `Work` ===
 
     pub(crate) fn schedule(&self, cell: &Cell, delay: Duration) -> bool {
-        if self.is_forked_copy() {
-            return false;
-        }
         if load(cell.header()).has(PENDING) {
             return false;
         }
-        let mut core = self.lock();
+        let Some(mut core) = self.lock_unless_forked() else {
+            return false;
+        };
         let mut state = load(cell.header());
         if core.shutdown || state.has(PENDING) || state.refuses_arm() {
             return false;
@@ -469,10 +477,9 @@ impl Shared {
     }
 
     pub(crate) fn reschedule(&self, cell: &Cell, delay: Duration) -> bool {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return false;
-        }
-        let mut core = self.lock();
+        };
         let mut state = load(cell.header());
         if core.shutdown || state.refuses_arm() {
             return false;
@@ -504,10 +511,9 @@ impl Shared {
 
     #[cold]
     fn touch_slow(&self, cell: &Cell) {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return;
-        }
-        let mut core = self.lock();
+        };
         let mut state = load(cell.header());
         if core.shutdown || state.has(PENDING | STOPPED) || state.refuses_arm() {
             return;
@@ -518,10 +524,9 @@ impl Shared {
     }
 
     pub(crate) fn cancel(&self, cell: &Cell) -> bool {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return false;
-        }
-        let mut core = self.lock();
+        };
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
         store(cell.header(), state);
@@ -529,10 +534,9 @@ impl Shared {
     }
 
     pub(crate) fn cancel_sync(&self, cell: &Cell) -> bool {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return false;
-        }
-        let mut core = self.lock();
+        };
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
         if frames::is_running_here(cell) {
@@ -567,13 +571,12 @@ impl Shared {
     }
 
     pub(crate) fn flush(self: &Arc<Self>, cell: &Cell) -> bool {
-        if self.is_forked_copy() {
-            return false;
-        }
         if frames::is_running_here(cell) {
             return false;
         }
-        let mut core = self.lock();
+        let Some(mut core) = self.lock_unless_forked() else {
+            return false;
+        };
         let state = load(cell.header());
         if !state.has(PENDING | RUNNING) {
             return false;
@@ -624,10 +627,9 @@ impl Shared {
     }
 
     pub(crate) fn disable(&self, cell: &Cell) -> bool {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return false;
-        }
-        let mut core = self.lock();
+        };
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
         if !state.disable() {
@@ -638,10 +640,9 @@ impl Shared {
     }
 
     pub(crate) fn enable(&self, cell: &Cell) {
-        if self.is_forked_copy() {
+        let Some(_core) = self.lock_unless_forked() else {
             return;
-        }
-        let _core = self.lock();
+        };
         let mut state = load(cell.header());
         if state.enable() {
             store(cell.header(), state);
@@ -669,10 +670,9 @@ impl Shared {
 
     /// Arms a new work (`every`) for its first run.
     pub(crate) fn arm_new(&self, cell: &Cell, delay: Duration) {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return;
-        }
-        let mut core = self.lock();
+        };
         if core.shutdown {
             return;
         }
@@ -686,10 +686,9 @@ impl Shared {
     /// Moves virtual time forward by `by`, running every due work on the caller in
     /// deadline order; returns the number of runs.
     pub(crate) fn advance(self: &Arc<Self>, scheduler: &Scheduler, by: Duration) -> usize {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return 0;
-        }
-        let mut core = self.lock();
+        };
         let target = core.virtual_now_ns.saturating_add(nanos(by));
         let mut runs = 0;
         loop {
@@ -712,10 +711,9 @@ impl Shared {
 
     /// Cancels every armed work and wakes every worker so it exits.
     pub(crate) fn shutdown(&self) {
-        if self.is_forked_copy() {
+        let Some(mut core) = self.lock_unless_forked() else {
             return;
-        }
-        let mut core = self.lock();
+        };
         if core.shutdown {
             return;
         }
