@@ -48,6 +48,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::scheduler::backoff::Backoff;
+use crate::sync::lock_std;
 use crate::{Next, Scheduler, Work};
 
 /// Which end of the unclaimed chunks a thread takes from.
@@ -119,11 +120,11 @@ impl<E> Job<'_, E> {
             match catch_unwind(AssertUnwindSafe(|| (self.f)(from..to))) {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
-                    lock(&self.error).get_or_insert(error);
+                    lock_std(&self.error).get_or_insert(error);
                     self.stop.store(true, Ordering::Release);
                 }
                 Err(payload) => {
-                    lock(&self.panic).get_or_insert(payload);
+                    lock_std(&self.panic).get_or_insert(payload);
                     self.stop.store(true, Ordering::Release);
                 }
             }
@@ -141,12 +142,6 @@ impl<E> Job<'_, E> {
             None => Ok(()),
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn into_inner<T>(mutex: Mutex<T>) -> T {

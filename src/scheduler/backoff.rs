@@ -120,7 +120,11 @@ mod tests {
         let mut backoff = Backoff::new(false);
         let delays: Vec<u64> = (0..10).map(|_| backoff.record(true) / 1_000_000).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 128, 128]);
-        assert_eq!(delays.iter().filter(|&&d| d > 0).count(), 10, "every one deferred");
+        assert_eq!(
+            delays.iter().filter(|&&d| d > 0).count(),
+            10,
+            "every one deferred"
+        );
         assert_eq!(backoff.record(false), 0, "a free CPU resets the back-off");
         assert_eq!(backoff.record(true), FIRST_BACKOFF_NS);
     }

@@ -168,6 +168,7 @@ fn start(config: Config) -> Result<Scheduler, Error> {
 
     use super::shared::Shared;
     use crate::driver::timerfd::TimerSource;
+    use crate::sync::lock_std;
 
     let source = TimerSource::new()?;
     let readers = (0..config.workers)
@@ -184,20 +185,12 @@ fn start(config: Config) -> Result<Scheduler, Error> {
         let spawned = std::thread::Builder::new()
             .name(format!("{}-{index}", shared.config.name))
             .spawn(move || super::worker::main(thread_shared, reader, tx))?;
-        shared
-            .threads
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(spawned);
+        lock_std(&shared.threads).push(spawned);
     }
     drop(started_tx);
     for _ in 0..shared.config.workers {
         match started_rx.recv() {
-            Ok(Ok(tid)) => shared
-                .worker_tids
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(tid),
+            Ok(Ok(tid)) => lock_std(&shared.worker_tids).push(tid),
             Ok(Err(error)) => return Err(error),
             Err(_) => {
                 return Err(Error::Io(std::io::Error::other(

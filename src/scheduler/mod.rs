@@ -26,7 +26,7 @@ pub use global::global;
 pub use lending::LendingStats;
 use shared::Shared;
 
-use crate::sync::Ordering;
+use crate::sync::{lock_std, Ordering};
 use crate::work::{Ctx, Next, Work};
 use crate::{Error, Priority};
 
@@ -269,11 +269,7 @@ impl Scheduler {
         if self.shared.is_forked_copy() {
             return Vec::new();
         }
-        self.shared
-            .worker_tids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        lock_std(&self.shared.worker_tids).clone()
     }
 
     /// How many times the worker threads went to sleep and woke up so far: the sum of
@@ -398,13 +394,7 @@ impl Drop for Scheduler {
             // Dropped from one of our own callbacks: that worker exits after the run.
             return;
         }
-        let threads = std::mem::take(
-            &mut *self
-                .shared
-                .threads
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let threads = std::mem::take(&mut *lock_std(&self.shared.threads));
         for thread in threads {
             let _ = thread.join();
         }
