@@ -124,8 +124,16 @@ impl<E> Job<'_, E> {
                     self.stop.store(true, Ordering::Release);
                 }
                 Err(payload) => {
-                    lock_std(&self.panic).get_or_insert(payload);
                     self.stop.store(true, Ordering::Release);
+                    let mut first = lock_std(&self.panic);
+                    if first.is_none() {
+                        *first = Some(payload);
+                    } else {
+                        // Only the first panic is resumed. Dropping a payload runs user
+                        // code that may panic again: do it outside the lock, contained.
+                        drop(first);
+                        crate::scheduler::shared::drop_payload(payload);
+                    }
                 }
             }
         }

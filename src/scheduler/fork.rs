@@ -10,29 +10,60 @@
 //! [`global()`](crate::global) starts a fresh scheduler in each child that calls it, and
 //! `Scheduler::new()` works as usual; works made from those run normally.
 //!
+//! `fork()` called *inside a callback* is the same rule seen from the forking thread: in
+//! the child it returns from the callback into nicework, which notices the fork before
+//! it takes any lock and stops there. A worker thread ends (in a child whose only thread
+//! it is, the process then exits with status 0, as after `pthread_exit`); `flush` and
+//! `advance` on a caller's thread return to the caller. Nothing else runs in the child,
+//! and the parent's timerfd is never read there, so the parent's works keep their rate.
+//! A child that has work of its own to do should do it inside the callback and leave
+//! with `_exit` or `exec`.
+//!
 //! Detection costs one relaxed load: a `pthread_atfork` child handler (registered once
 //! per process, when the first scheduler is made) bumps a process-wide generation, and
 //! each scheduler compares it with the generation it was made in. The handler only does
 //! an atomic add, which is async-signal-safe.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
-static REGISTER: Once = Once::new();
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+static REGISTER: Mutex<()> = Mutex::new(());
 
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The current fork generation, registering the handler on first use.
+///
+/// `pthread_atfork` can fail (`ENOMEM`). Then forks are not detected: the failure is
+/// logged as an error and registration is tried again by the next scheduler or id space
+/// that is made.
 pub(crate) fn generation() -> u64 {
-    REGISTER.call_once(|| {
-        // SAFETY: `in_child` is an `extern "C" fn()` that stays valid for the life of the
-        // process and only performs an atomic add.
-        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
-    });
+    if !REGISTERED.load(Ordering::Acquire) {
+        register();
+    }
     GENERATION.load(Ordering::Relaxed)
+}
+
+#[cold]
+fn register() {
+    let _once = crate::sync::lock_std(&REGISTER);
+    if REGISTERED.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: `in_child` is an `extern "C" fn()` that stays valid for the life of the
+    // process and only performs an atomic add.
+    let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    if rc == 0 {
+        REGISTERED.store(true, Ordering::Release);
+    } else {
+        tracing::error!(
+            error = %std::io::Error::from_raw_os_error(rc),
+            "pthread_atfork failed: schedulers made now are not inert in a fork()ed child"
+        );
+    }
 }
 
 /// Whether a scheduler made in `generation` is now in a forked child.

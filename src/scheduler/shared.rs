@@ -24,6 +24,7 @@
 //!   calls return `false`, runs already in progress finish, and their re-arm is refused.
 
 use std::any::Any;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,8 +39,10 @@ use crate::sync::{
 };
 use crate::timer::Timers;
 use crate::work::state::{
-    State, FIXED_PERIOD, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, STOPPED, YIELDED,
+    State, CANCEL_WAITING, FIXED_PERIOD, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING,
+    STOPPED, YIELDED,
 };
+use crate::work::waits;
 use crate::work::{frames, Ctx, Header, Next, RunCell};
 use crate::{Priority, Scheduler};
 
@@ -109,6 +112,9 @@ pub(crate) struct Core {
     pub(crate) lending: Lending,
     /// `Yield` increments deferred because every CPU was busy (see `backoff`).
     pub(crate) deferred_yields: u64,
+    /// How many `cancel_sync`/drop calls wait for each running work (by address); a work
+    /// is in here exactly while its state has `CANCEL_WAITING`.
+    cancel_waiters: HashMap<usize, usize>,
 }
 
 pub(crate) struct Shared {
@@ -141,9 +147,23 @@ pub(crate) struct Taken {
     pub(crate) worker_slot: Option<usize>,
 }
 
-/// The address that identifies a cell in the lending slots.
-pub(crate) fn cell_address(cell: &Cell) -> usize {
-    Arc::as_ptr(cell) as *const () as usize
+/// Whether a cancel comes from a dropped handle, whose closure must then be freed by
+/// whoever holds the last reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    Keep,
+    Drop,
+}
+
+/// How [`Shared::execute`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum Executed {
+    /// The run was completed under the lock; the caller may go on.
+    Completed,
+    /// The callback called `fork()` and this is the child: the caller must leave at once
+    /// without taking the lock or touching the timer (see `fork`).
+    InForkedChild,
 }
 
 fn load(header: &Header) -> State {
@@ -173,6 +193,7 @@ impl Shared {
                 timer,
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
+                cancel_waiters: HashMap::new(),
             }),
             run_done: Condvar::new(),
             idle: Condvar::new(),
@@ -319,7 +340,7 @@ impl Shared {
         taken: Taken,
         started_ns: u64,
         backoff: Option<&mut Backoff>,
-    ) {
+    ) -> Executed {
         // Pairs with touch()'s SeqCst load; see the module docs.
         fence(Ordering::SeqCst);
         let Taken {
@@ -352,20 +373,32 @@ impl Shared {
                 lateness,
                 matches!(outcome, Ok(Next::Park)),
             );
-            if let Err(payload) = &outcome {
-                tracing::error!(
-                    work = name,
-                    panic = panic_message(payload.as_ref()),
-                    "work panicked; it is poisoned and will not run again"
-                );
+            match outcome {
+                Ok(next) => Some(next),
+                Err(payload) => {
+                    tracing::error!(
+                        work = name,
+                        panic = panic_message(payload.as_ref()),
+                        "work panicked; it is poisoned and will not run again"
+                    );
+                    drop_payload(payload);
+                    None
+                }
             }
-            outcome.ok()
         };
+        if self.is_forked_copy() {
+            // `fork()` inside the callback, and this is the child: the lock may be held by
+            // a thread that does not exist here, and the timer belongs to the parent.
+            // Leave without completing; the caller stops too (see `fork`).
+            std::mem::forget(cell);
+            return Executed::InForkedChild;
+        }
         let yield_delay_ns = match (outcome, backoff) {
             (Some(Next::Yield), Some(backoff)) => backoff.after_yield(),
             _ => 0,
         };
         self.complete(cell, outcome, worker_slot, yield_delay_ns);
+        Executed::Completed
     }
 
     fn complete(
@@ -413,12 +446,7 @@ impl Shared {
             // The handle is gone: ours is the last reference, and the closure's destructor
             // is user code, so it runs after the lock is released.
             drop(core);
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(cell))) {
-                tracing::error!(
-                    panic = panic_message(payload.as_ref()),
-                    "a work's closure panicked while being dropped"
-                );
-            }
+            drop_contained(cell);
         } else {
             // Not the last reference (the handle is alive), so nothing user-visible runs.
             drop(cell);
@@ -534,25 +562,56 @@ impl Shared {
     }
 
     pub(crate) fn cancel_sync(&self, cell: &Cell) -> bool {
+        self.cancel_and_wait(cell, Release::Keep)
+    }
+
+    /// `cancel_sync`, and for a dropped handle the hand-over of the closure. Disarms,
+    /// refuses re-arms while a run is in progress, and waits for that run unless waiting
+    /// would wait for ourselves: the run is this thread's own (a callback cancelling or
+    /// dropping its own work) or the wait would close a cycle of waiting callbacks. Then
+    /// the run's own re-arm is refused instead and, for a dropped handle, the runner frees
+    /// the closure after the callback returned.
+    fn cancel_and_wait(&self, cell: &Cell, release: Release) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
         let mut state = load(cell.header());
         let was_pending = self.disarm(&mut core, &mut state);
-        if frames::is_running_here(cell) {
-            // Waiting for ourselves would deadlock: refuse this run's re-arm instead.
-            state.set(REARM_REFUSED);
-        } else if state.has(RUNNING) {
-            // "disable, flush, enable", as the kernel's cancel_delayed_work_sync.
-            let disabled = state.disable();
+        if !state.has(RUNNING) {
             store(cell.header(), state);
-            core = self.wait_until_idle(core, cell);
-            state = load(cell.header());
-            if disabled {
-                state.enable();
+            return was_pending;
+        }
+        let waiting = if frames::is_running_here(cell) {
+            None
+        } else {
+            waits::begin_wait(cell).ok()
+        };
+        let Some(waiting) = waiting else {
+            // Waiting would wait for ourselves: refuse the run's own re-arm instead.
+            state.set(REARM_REFUSED);
+            if release == Release::Drop {
+                state.set(ORPHANED);
+            }
+            store(cell.header(), state);
+            return was_pending;
+        };
+        // "disable, flush, enable", as the kernel's cancel_delayed_work_sync, with a
+        // refusal of its own that `enable()` cannot lift.
+        state.set(CANCEL_WAITING);
+        store(cell.header(), state);
+        let address = frames::address(cell);
+        *core.cancel_waiters.entry(address).or_insert(0) += 1;
+        core = self.wait_until_idle(core, cell);
+        drop(waiting);
+        if let Some(waiters) = core.cancel_waiters.get_mut(&address) {
+            *waiters -= 1;
+            if *waiters == 0 {
+                core.cancel_waiters.remove(&address);
+                let mut state = load(cell.header());
+                state.clear(CANCEL_WAITING);
+                store(cell.header(), state);
             }
         }
-        store(cell.header(), state);
         drop(core);
         was_pending
     }
@@ -584,24 +643,31 @@ impl Shared {
         // A flush covers the instance pending when it started, plus the increments of a
         // yielding work.
         let mut take_pending = state.has(PENDING);
+        let mut ran_here = false;
         let mut flusher = None;
         loop {
             let mut state = load(cell.header());
             if state.has(RUNNING) {
+                let Ok(waiting) = waits::begin_wait(cell) else {
+                    // Waiting would close a wait cycle: as inside the own callback.
+                    return ran_here;
+                };
                 // Lend this thread's priority to the worker running it, where allowed.
-                core.lending.lend(cell_address(cell), || {
+                core.lending.lend(frames::address(cell), || {
                     *flusher.get_or_insert_with(|| {
                         let nice = crate::priority::current_nice().unwrap_or(0);
                         (nice, crate::priority::current_is_idle())
                     })
                 });
                 core = self.wait_until_idle(core, cell);
+                drop(waiting);
                 continue;
             }
             if core.shutdown || !state.has(PENDING) || !(take_pending || state.has(YIELDED)) {
                 return true;
             }
             take_pending = false;
+            ran_here = true;
             let key = state.key();
             let deadline_ns = core.timers.deadline_ns(key);
             let taken = core.timers.remove(key).to_cell();
@@ -612,7 +678,7 @@ impl Shared {
             let now = self.now_ns(&core);
             drop(core);
             let scheduler = Scheduler::uncounted(self.clone());
-            self.execute(
+            let executed = self.execute(
                 &scheduler,
                 Taken {
                     cell: taken,
@@ -622,6 +688,9 @@ impl Shared {
                 now,
                 None,
             );
+            if executed == Executed::InForkedChild {
+                return true;
+            }
             core = self.lock();
         }
     }
@@ -657,15 +726,7 @@ impl Shared {
             std::mem::forget(cell.clone());
             return;
         }
-        if frames::is_running_here(cell) {
-            let mut core = self.lock();
-            let mut state = load(cell.header());
-            self.disarm(&mut core, &mut state);
-            state.set(REARM_REFUSED | ORPHANED);
-            store(cell.header(), state);
-        } else {
-            self.cancel_sync(cell);
-        }
+        self.cancel_and_wait(cell, Release::Drop);
     }
 
     /// Arms a new work (`every`) for its first run.
@@ -699,8 +760,11 @@ impl Shared {
             core.virtual_now_ns = core.virtual_now_ns.max(taken.deadline_ns);
             let now = core.virtual_now_ns;
             drop(core);
-            self.execute(scheduler, taken, now, None);
+            let executed = self.execute(scheduler, taken, now, None);
             runs += 1;
+            if executed == Executed::InForkedChild {
+                return runs;
+            }
             core = self.lock();
         }
         core.virtual_now_ns = core.virtual_now_ns.max(target);
@@ -728,6 +792,31 @@ impl Shared {
             timer.program(1);
         }
         core.programmed_ns = None;
+    }
+}
+
+/// Drops a caught panic's payload. Its destructor is user code and may panic in turn; that
+/// second payload is leaked, not dropped, so no panic ever escapes (a third level could
+/// otherwise recurse without end).
+pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        tracing::error!(
+            panic = panic_message(second.as_ref()),
+            "a panic payload panicked while being dropped; the second payload is leaked"
+        );
+        std::mem::forget(second);
+    }
+}
+
+/// Drops the last reference to a work, whose closure's destructor is user code: a panic
+/// there is reported and contained, never propagated into nicework or the caller.
+pub(crate) fn drop_contained(cell: Cell) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(cell))) {
+        tracing::error!(
+            panic = panic_message(payload.as_ref()),
+            "a work's closure panicked while being dropped"
+        );
+        drop_payload(payload);
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use super::backoff::Backoff;
-use super::shared::{cell_address, Shared};
+use super::shared::{Executed, Shared};
 use crate::driver::timerfd::TimerReader;
 use crate::sync::{thread_local, wait};
 use crate::{Error, Scheduler};
@@ -62,7 +62,8 @@ pub(crate) fn main(
         core.timers.expire(now);
         if let Some(mut taken) = shared.take_ready(&mut core) {
             taken.worker_slot = Some(slot);
-            core.lending.start(slot, cell_address(&taken.cell));
+            core.lending
+                .start(slot, crate::work::frames::address(&taken.cell));
             // Hand on what this worker leaves behind: more due works go to an idle
             // follower (or wake the poller), and someone must keep watching the timerfd.
             if core.timers.has_ready() {
@@ -75,7 +76,13 @@ pub(crate) fn main(
                 shared.idle.notify_one();
             }
             drop(core);
-            shared.execute(&scheduler, taken, now, Some(&mut backoff));
+            if shared.execute(&scheduler, taken, now, Some(&mut backoff)) == Executed::InForkedChild
+            {
+                // `fork()` inside the callback and this is the child's only thread: it
+                // runs nothing more, never reads the parent's timerfd and takes no lock
+                // (see `fork`). Returning ends the thread.
+                return;
+            }
             core = shared.lock();
             continue;
         }

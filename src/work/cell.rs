@@ -54,14 +54,18 @@ impl Header {
     }
 
     pub(crate) fn set_name(&self, name: Box<str>) {
-        let node = Box::into_raw(Box::new(NameNode {
-            name,
-            older: ptr::null_mut(),
-        }));
-        let older = self.name.swap(node, Ordering::AcqRel);
-        // SAFETY: `node` is ours until the swap above published it; the only other field
-        // writer is this function, and nobody reads `older` except `Drop`.
-        unsafe { (*node).older = older };
+        let mut older = self.name.load(Ordering::Acquire);
+        let node = Box::into_raw(Box::new(NameNode { name, older }));
+        // The node is complete before it is published: a reader may hold `&NameNode` the
+        // moment the exchange succeeds, so nothing may write it afterwards.
+        while let Err(current) =
+            self.name
+                .compare_exchange_weak(older, node, Ordering::AcqRel, Ordering::Acquire)
+        {
+            older = current;
+            // SAFETY: the exchange failed, so `node` is still unpublished and ours alone.
+            unsafe { (*node).older = older };
+        }
     }
 }
 
@@ -76,12 +80,6 @@ impl Drop for Header {
         }
     }
 }
-
-// SAFETY: the raw pointers inside `NameNode` chains are owned by the header and only
-// dereferenced as documented above.
-unsafe impl Send for Header {}
-// SAFETY: as for `Send`; shared access only reads published, immutable names.
-unsafe impl Sync for Header {}
 
 /// A work as the scheduler sees it. The only implementation is [`WorkCell`], so every
 /// `dyn RunCell` starts with its [`Header`] (see `header` below).

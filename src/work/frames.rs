@@ -2,28 +2,37 @@
 //!
 //! A thread-local stack of the cells whose callbacks this thread is executing (nested
 //! when a callback flushes another work, which then runs on the same thread). It answers
-//! one question: "would waiting for this work's run wait for ourselves?", which turns
-//! `cancel_sync`, `flush` and drop from inside the own callback into their documented
-//! non-waiting forms instead of a deadlock.
+//! "would waiting for this work's run wait for ourselves?", which turns `cancel_sync`,
+//! `flush` and drop from inside the own callback into their documented non-waiting forms
+//! instead of a deadlock, and it is what a thread holds in the wait-for graph
+//! ([`waits`](super::waits)).
+//!
+//! A frame is a raw pointer to the cell: [`Shared::execute`] holds a counted reference
+//! for as long as the frame is on the stack, so the pointer is valid while it is there.
+//!
+//! [`Shared::execute`]: crate::scheduler::shared::Shared::execute
 
 use std::cell::RefCell;
 
+use super::RunCell;
 use crate::scheduler::shared::Cell;
 use crate::sync::thread_local;
 
 thread_local! {
     // loom's thread_local! has no `const { }` form, and this must build with both.
     #[allow(clippy::missing_const_for_thread_local)]
-    static RUNNING_HERE: RefCell<Vec<usize>> = RefCell::new(Vec::new());
+    static RUNNING_HERE: RefCell<Vec<*const dyn RunCell>> = RefCell::new(Vec::new());
 }
 
-fn address(cell: &Cell) -> usize {
+/// The address that identifies a work: its cell's data pointer.
+pub(crate) fn address(cell: &Cell) -> usize {
     std::sync::Arc::as_ptr(cell) as *const () as usize
 }
 
-/// Marks `cell` as running on this thread until the guard drops.
+/// Marks `cell` as running on this thread until the guard drops. The caller keeps `cell`
+/// alive for at least as long as the guard.
 pub(crate) fn enter(cell: &Cell) -> FrameGuard {
-    RUNNING_HERE.with(|stack| stack.borrow_mut().push(address(cell)));
+    RUNNING_HERE.with(|stack| stack.borrow_mut().push(std::sync::Arc::as_ptr(cell)));
     FrameGuard {
         _not_send: std::marker::PhantomData,
     }
@@ -32,7 +41,34 @@ pub(crate) fn enter(cell: &Cell) -> FrameGuard {
 /// Whether `cell`'s callback is executing on this thread (at any nesting depth).
 pub(crate) fn is_running_here(cell: &Cell) -> bool {
     let address = address(cell);
-    RUNNING_HERE.with(|stack| stack.borrow().contains(&address))
+    RUNNING_HERE.with(|stack| {
+        stack
+            .borrow()
+            .iter()
+            .any(|frame| frame.cast::<()>() as usize == address)
+    })
+}
+
+/// The addresses of every work running on this thread, outermost first.
+pub(crate) fn running_here() -> Vec<usize> {
+    RUNNING_HERE.with(|stack| {
+        stack
+            .borrow()
+            .iter()
+            .map(|frame| frame.cast::<()>() as usize)
+            .collect()
+    })
+}
+
+/// The name of the innermost work running on this thread.
+pub(crate) fn innermost_name() -> Option<String> {
+    RUNNING_HERE.with(|stack| {
+        stack.borrow().last().map(|frame| {
+            // SAFETY: a frame is on the stack only while `execute` holds a counted
+            // reference to its cell (see the module docs).
+            unsafe { &**frame }.name().to_owned()
+        })
+    })
 }
 
 /// Pops the frame pushed by [`enter`].

@@ -23,7 +23,9 @@ mod ctx;
 pub(crate) mod frames;
 pub(crate) mod state;
 mod stats;
+pub(crate) mod waits;
 
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +34,7 @@ pub use ctx::{Ctx, Next};
 pub(crate) use stats::StatsCell;
 pub use stats::WorkStats;
 
-use crate::scheduler::shared::{Cell, Shared};
+use crate::scheduler::shared::{drop_contained, Cell, Shared};
 use crate::sync::Ordering;
 use crate::Scheduler;
 use cell::WorkCell;
@@ -66,7 +68,9 @@ use state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 /// assert!(work.cancel_sync());
 /// ```
 pub struct Work {
-    cell: Cell,
+    /// Dropped by hand in `Drop`, after the cancel, so that a panicking closure destructor
+    /// is contained.
+    cell: ManuallyDrop<Cell>,
     shared: Arc<Shared>,
 }
 
@@ -78,7 +82,7 @@ impl Work {
         let flags = if fixed { FIXED_PERIOD } else { 0 };
         let cell: Cell = Arc::new(WorkCell::new(Header::new(flags, period_ns), f));
         Work {
-            cell,
+            cell: ManuallyDrop::new(cell),
             shared: scheduler.shared().clone(),
         }
     }
@@ -249,7 +253,7 @@ impl Work {
 
     /// Adds one level of disabling (the kernel's `disable_work`): while any is held nothing
     /// can arm the work. Also cancels a pending instance; returns whether there was one.
-    /// Nesting saturates at about 16 million levels.
+    /// Nesting saturates at about 8 million levels.
     ///
     /// # Examples
     ///
@@ -334,6 +338,11 @@ impl Work {
 impl Drop for Work {
     fn drop(&mut self) {
         self.shared.release(&self.cell);
+        // SAFETY: `self.cell` is not used again: this is the handle's destructor.
+        let cell = unsafe { ManuallyDrop::take(&mut self.cell) };
+        // Usually the last reference: the closure's destructor (user code) runs here, and
+        // a panic in it must not escape into the caller's `drop`.
+        drop_contained(cell);
     }
 }
 

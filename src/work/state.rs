@@ -11,9 +11,12 @@
 //!   that set it may touch the closure. Together they give non-reentrancy: a due entry
 //!   whose work is still `RUNNING` is detached and goes back on the ready list when the run
 //!   ends.
-//! - The disable count (bits 8..32) refuses every arm while it is above zero, including the
-//!   running callback's own re-arm; `cancel_sync` holds one count while it waits, exactly
-//!   as the kernel's `cancel_delayed_work_sync` is "disable, flush, enable".
+//! - The disable count (bits 9..32) refuses every arm while it is above zero, including the
+//!   running callback's own re-arm. It belongs to `disable`/`enable` alone.
+//! - `CANCEL_WAITING` refuses every arm while a `cancel_sync` (or a drop) waits for the
+//!   running instance, as the kernel's `cancel_delayed_work_sync` is "disable, flush,
+//!   enable". It is a separate flag, with the number of waiters kept under the core lock,
+//!   so that an `enable()` without a matching `disable()` cannot lift it.
 //!
 //! # State field
 //!
@@ -38,11 +41,15 @@ pub(crate) const ORPHANED: u64 = 1 << 5;
 pub(crate) const YIELDED: u64 = 1 << 6;
 /// The period is fixed (`every`); `schedule`/`reschedule` only move the deadline.
 pub(crate) const FIXED_PERIOD: u64 = 1 << 7;
+/// One or more `cancel_sync` (or drop) calls wait for the running instance; they are
+/// counted in the core's `cancel_waiters`. Kept apart from the disable count so that an
+/// unmatched `enable()` can never undo their refusal.
+pub(crate) const CANCEL_WAITING: u64 = 1 << 8;
 
-const DISABLE_SHIFT: u32 = 8;
+const DISABLE_SHIFT: u32 = 9;
 const DISABLE_ONE: u64 = 1 << DISABLE_SHIFT;
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
-pub(crate) const DISABLE_MAX: u64 = (1 << 24) - 1;
+pub(crate) const DISABLE_MAX: u64 = (1 << 23) - 1;
 const DISABLE_MASK: u64 = DISABLE_MAX << DISABLE_SHIFT;
 const KEY_SHIFT: u32 = 32;
 
@@ -98,10 +105,10 @@ impl State {
         self.0 &= 0xFFFF_FFFF & !(PENDING | YIELDED);
     }
 
-    /// Whether an arm request must be refused (disabled, poisoned, being cancelled from
-    /// inside its own run, or orphaned).
+    /// Whether an arm request must be refused (disabled, poisoned, being cancelled, or
+    /// orphaned).
     pub(crate) fn refuses_arm(self) -> bool {
-        self.disabled() > 0 || self.has(POISONED | REARM_REFUSED | ORPHANED)
+        self.disabled() > 0 || self.has(POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING)
     }
 }
 

@@ -1,0 +1,160 @@
+//! The process-wide wait-for graph: which callbacks are blocked waiting for which work.
+//!
+//! `flush`, `cancel_sync` and drop wait for a running instance to end. Called from inside
+//! a callback, that wait blocks every callback on the waiting thread's frame stack (see
+//! [`frames`](super::frames)). Two callbacks that wait for each other, directly or through
+//! a chain of other works' waits, would wait forever; the kernel only warns about this
+//! (lockdep), nicework breaks the cycle.
+//!
+//! # Protocol
+//!
+//! - A thread that is about to wait from inside a callback registers an edge: "the works
+//!   on my frame stack wait for `target`". Registration and the cycle check happen
+//!   together under one process-wide lock, so of two threads closing a cycle the second
+//!   one to register sees the first one's edge.
+//! - The check follows edges from `target`: the waiter whose frames hold `target` (that is
+//!   where `target` is executing) waits for its own target, and so on. Reaching one of our
+//!   own frames means the wait would close a cycle: the caller does not wait and behaves
+//!   as inside the own callback. A chain that ends at a work nobody registered as waiting
+//!   can still finish, so the caller waits.
+//! - An edge stays registered for exactly the duration of the wait (the registration is a
+//!   guard); the waiter re-checks its condition under the scheduler's lock, so a stale
+//!   edge never makes anyone wait, it can only report a cycle that is real at that moment
+//!   (the waited-for work is running again and would wait for us).
+//! - A thread outside every callback registers nothing: it holds no work, so no cycle can
+//!   pass through it. The common paths never touch this lock.
+//!
+//! Lock order: a scheduler's core lock, then this one. This lock is a leaf: nothing is
+//! taken and no user code runs while it is held.
+
+use super::frames;
+use crate::scheduler::shared::Cell;
+use crate::sync::{lock, Mutex};
+
+/// One blocked thread: the works on its frame stack wait for `target`.
+#[derive(Debug)]
+struct Edge {
+    serial: u64,
+    holds: Vec<usize>,
+    target: usize,
+}
+
+#[derive(Debug)]
+struct Graph {
+    next_serial: u64,
+    edges: Vec<Edge>,
+}
+
+impl Graph {
+    /// Whether waiting for `target` by a thread holding `mine` closes a cycle.
+    fn closes_cycle(&self, mine: &[usize], target: usize) -> bool {
+        let mut current = target;
+        // Every step moves to another edge; a chain longer than the edge count repeats
+        // one, which is a cycle that does not pass through us (impossible: it would have
+        // been broken when it formed).
+        for _ in 0..=self.edges.len() {
+            if mine.contains(&current) {
+                return true;
+            }
+            match self.edges.iter().find(|edge| edge.holds.contains(&current)) {
+                Some(edge) => current = edge.target,
+                None => return false,
+            }
+        }
+        false
+    }
+}
+
+#[cfg(not(all(loom, feature = "loom")))]
+static GRAPH: Mutex<Graph> = Mutex::new(Graph {
+    next_serial: 0,
+    edges: Vec::new(),
+});
+
+#[cfg(all(loom, feature = "loom"))]
+loom::lazy_static! {
+    static ref GRAPH: Mutex<Graph> = Mutex::new(Graph {
+        next_serial: 0,
+        edges: Vec::new(),
+    });
+}
+
+/// A registered wait; dropping it removes the edge.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    serial: Option<u64>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(serial) = self.serial {
+            let mut graph = lock(&GRAPH);
+            graph.edges.retain(|edge| edge.serial != serial);
+        }
+    }
+}
+
+/// Waiting for `target` would close a wait cycle.
+#[derive(Debug)]
+pub(crate) struct WaitCycle;
+
+/// Registers that the calling thread is about to wait for `target`'s run to end, or
+/// reports that this wait would close a cycle (and logs a warning naming both works).
+/// `target` must not be running on this thread (the caller checked
+/// [`frames::is_running_here`]).
+pub(crate) fn begin_wait(target: &Cell) -> Result<Waiting, WaitCycle> {
+    let holds = frames::running_here();
+    if holds.is_empty() {
+        return Ok(Waiting { serial: None });
+    }
+    let target_address = frames::address(target);
+    let mut graph = lock(&GRAPH);
+    if graph.closes_cycle(&holds, target_address) {
+        drop(graph);
+        let waiting = frames::innermost_name().unwrap_or_default();
+        tracing::warn!(
+            waiting = %waiting,
+            waited_for = target.name(),
+            "wait cycle between works: not waiting, as if called inside the own callback"
+        );
+        return Err(WaitCycle);
+    }
+    let serial = graph.next_serial;
+    graph.next_serial += 1;
+    graph.edges.push(Edge {
+        serial,
+        holds,
+        target: target_address,
+    });
+    Ok(Waiting {
+        serial: Some(serial),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edge(serial: u64, holds: &[usize], target: usize) -> Edge {
+        Edge {
+            serial,
+            holds: holds.to_vec(),
+            target,
+        }
+    }
+
+    #[test]
+    fn a_chain_back_to_the_caller_is_a_cycle_and_an_open_chain_is_not() {
+        let graph = Graph {
+            next_serial: 3,
+            edges: vec![edge(0, &[1], 2), edge(1, &[2, 5], 3), edge(2, &[9], 4)],
+        };
+        // 3 waits for 1: 1 waits for 2, 2 (on a stack with 5) waits for 3.
+        assert!(graph.closes_cycle(&[3], 1));
+        // The caller's stack holds 3 below another work: still a cycle.
+        assert!(graph.closes_cycle(&[7, 3], 1));
+        // 4 waits for nobody: the chain 9 -> 4 ends.
+        assert!(!graph.closes_cycle(&[3], 9));
+        assert!(!graph.closes_cycle(&[8], 1));
+    }
+}
