@@ -22,6 +22,12 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
         // SAFETY: ends the child without running the parent's atexit handlers.
         unsafe { libc::_exit(code) };
     }
+    wait_for_child(pid)
+}
+
+/// Waits for child `pid` at most `common::EVENTUALLY` (a hang is killed and fails) and
+/// returns its exit code; a child killed by a signal fails.
+fn wait_for_child(pid: libc::pid_t) -> i32 {
     let start = Instant::now();
     loop {
         let mut status = 0;
@@ -199,4 +205,177 @@ fn an_id_space_from_before_the_fork_keeps_working_in_the_child_without_its_lock(
     }
     stop.store(true, Ordering::Relaxed);
     churn.join().unwrap();
+}
+
+/// A pipe whose write end callbacks use to report which process ran them.
+struct Reports {
+    read: libc::c_int,
+    write: libc::c_int,
+}
+
+impl Reports {
+    fn new() -> Reports {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a valid out-array of two ints.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        assert_eq!(rc, 0, "pipe2 failed");
+        Reports {
+            read: fds[0],
+            write: fds[1],
+        }
+    }
+
+    /// Writes the calling process's pid (one 4-byte record; atomic below PIPE_BUF).
+    fn report(write: libc::c_int) {
+        // SAFETY: plain system call.
+        let pid = unsafe { libc::getpid() };
+        let bytes = pid.to_ne_bytes();
+        // SAFETY: `bytes` is valid for its length; a full pipe just drops the record,
+        // which only makes the assertions below weaker, never wrong.
+        unsafe { libc::write(write, bytes.as_ptr().cast(), bytes.len()) };
+    }
+
+    /// Every pid reported so far.
+    fn drain(&self) -> Vec<libc::pid_t> {
+        let mut pids = Vec::new();
+        let mut bytes = [0u8; 4];
+        // SAFETY: reads into a valid 4-byte buffer; the pipe is non-blocking.
+        while unsafe { libc::read(self.read, bytes.as_mut_ptr().cast(), 4) } == 4 {
+            pids.push(libc::pid_t::from_ne_bytes(bytes));
+        }
+        pids
+    }
+}
+
+impl Drop for Reports {
+    fn drop(&mut self) {
+        // SAFETY: closes our own descriptors once.
+        unsafe {
+            libc::close(self.read);
+            libc::close(self.write);
+        }
+    }
+}
+
+#[test]
+fn fork_inside_a_callback_runs_nothing_more_in_the_child_and_leaves_the_parents_timer_alone() {
+    let sched = Scheduler::builder().workers(1).build().unwrap();
+    let reports = Reports::new();
+    let write = reports.write;
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        sched.every(Duration::from_millis(1), move |_| {
+            Reports::report(write);
+            ticks.fetch_add(1, Ordering::SeqCst);
+            Next::Again
+        })
+    };
+    assert!(common::eventually(|| ticks.load(Ordering::SeqCst) > 3));
+    let child = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let forker = {
+        let child = child.clone();
+        sched.work(move |_| {
+            // SAFETY: fork on a worker thread; in the child this thread only returns into
+            // nicework, which must end it without running anything else.
+            let pid = unsafe { libc::fork() };
+            if pid > 0 {
+                child.store(pid, Ordering::SeqCst);
+            }
+            Next::Again
+        })
+    };
+    assert!(forker.schedule(Duration::ZERO));
+    assert!(common::eventually(|| child.load(Ordering::SeqCst) != 0));
+    let pid = child.load(Ordering::SeqCst);
+    assert_eq!(
+        wait_for_child(pid),
+        0,
+        "the child's worker did not end cleanly"
+    );
+    forker.cancel_sync();
+    // The child is gone; everything it could have run has been reported.
+    let reported = reports.drain();
+    assert!(
+        !reported.contains(&pid),
+        "the child ran the parent's works ({} runs)",
+        reported.iter().filter(|&&p| p == pid).count()
+    );
+    // The parent's worker goes on.
+    let before = ticks.load(Ordering::SeqCst);
+    assert!(common::eventually(
+        || ticks.load(Ordering::SeqCst) > before + 5
+    ));
+    drop(ticker);
+}
+
+/// Forks inside a callback run by `drive` on this thread; in the child, checks that
+/// `drive` returned to us without running `other` and exits with the verdict.
+fn fork_inside_a_callback_on_the_caller(drive: impl FnOnce(&Scheduler, &nicework::Work)) {
+    let sched = Scheduler::manual();
+    let parent = std::process::id();
+    let other_runs = Arc::new(AtomicU64::new(0));
+    let other = {
+        let other_runs = other_runs.clone();
+        sched.every(Duration::from_millis(2), move |_| {
+            other_runs.fetch_add(1, Ordering::SeqCst);
+            Next::Again
+        })
+    };
+    let child = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let increments = Arc::new(AtomicU64::new(0));
+    let forker = {
+        let (child, increments) = (child.clone(), increments.clone());
+        sched.work(move |_| {
+            if increments.fetch_add(1, Ordering::SeqCst) > 0 {
+                return if increments.load(Ordering::SeqCst) < 3 {
+                    Next::Yield
+                } else {
+                    Next::Park
+                };
+            }
+            // SAFETY: fork; the child returns into nicework and then to the test code
+            // below, which leaves through `_exit`.
+            let pid = unsafe { libc::fork() };
+            if pid > 0 {
+                child.store(pid, Ordering::SeqCst);
+            }
+            Next::Yield
+        })
+    };
+    assert!(forker.schedule(Duration::from_millis(1)));
+    drive(&sched, &forker);
+    if std::process::id() != parent {
+        // The child: nicework returned after the forking run without running anything.
+        let ok = other_runs.load(Ordering::SeqCst) == 0 && increments.load(Ordering::SeqCst) == 1;
+        // SAFETY: ends the child without running the parent's atexit handlers or tests.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let pid = child.load(Ordering::SeqCst);
+    assert_ne!(pid, 0);
+    assert_eq!(
+        wait_for_child(pid),
+        0,
+        "the child ran more after fork in a callback"
+    );
+    assert_eq!(
+        increments.load(Ordering::SeqCst),
+        3,
+        "the parent's run went on"
+    );
+    drop(other);
+}
+
+#[test]
+fn fork_inside_a_callback_under_advance_returns_to_the_caller_in_the_child() {
+    fork_inside_a_callback_on_the_caller(|sched, _| {
+        sched.advance(Duration::from_millis(4));
+    });
+}
+
+#[test]
+fn fork_inside_a_callback_under_flush_returns_to_the_caller_in_the_child() {
+    fork_inside_a_callback_on_the_caller(|_, forker| {
+        assert!(forker.flush());
+    });
 }
