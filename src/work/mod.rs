@@ -47,6 +47,25 @@ use state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 /// its own callback, the work is cancelled at once and its closure is freed right after
 /// the callback returns.
 ///
+/// # Waiting from inside callbacks
+///
+/// `flush`, `cancel_sync` and drop wait for a run in progress, except where waiting could
+/// never end: for the work's own run (called from inside its own callback), and for a
+/// run whose callback waits, directly or through a chain of other callbacks' waits, for
+/// the caller's callback. Such a wait cycle is broken where it would close: that call
+/// does not wait and behaves as inside the own callback (`flush` returns `false`,
+/// `cancel_sync` and drop refuse the run's own re-arm, and a dropped work's closure is
+/// freed when its run ends), and a `tracing` warning names both works. Cycles across
+/// schedulers are found too.
+///
+/// # Panics in user code
+///
+/// A panic in the callback is caught and poisons the work. So is a panic raised while
+/// dropping that panic's payload, and a panic in the closure's destructor wherever it
+/// runs (in `drop(work)` on the caller, or on the worker after a work dropped itself):
+/// nothing unwinds into nicework's threads or into the caller, no work is left marked
+/// running, and every later call returns.
+///
 /// After the scheduler was shut down (its last handle dropped), arming calls return
 /// `false`, `touch` does nothing, `cancel*` return `false` and `flush` returns `false`
 /// unless it had to wait for a run still in progress.
@@ -195,7 +214,9 @@ impl Work {
     /// `schedule`/`reschedule`/`touch`.
     ///
     /// Called from inside the work's own callback it cannot wait for itself: it disarms,
-    /// refuses this run's own re-arm, and returns at once.
+    /// refuses this run's own re-arm, and returns at once. The same holds where waiting
+    /// would close a cycle of callbacks waiting for each other (see
+    /// [Waiting from inside callbacks](Self#waiting-from-inside-callbacks)).
     ///
     /// # Examples
     ///
@@ -231,7 +252,9 @@ impl Work {
     ///
     /// [`Scheduler::lending_stats`] counts which of these happened.
     ///
-    /// Called from inside the work's own callback it returns `false` and changes nothing.
+    /// Called from inside the work's own callback it returns `false` and changes nothing;
+    /// so does a flush whose wait would close a cycle of callbacks waiting for each other
+    /// (see [Waiting from inside callbacks](Self#waiting-from-inside-callbacks)).
     /// Instances armed by `Again`/`After` during the flush are not waited for: a
     /// self-re-arming work would otherwise never let `flush` return.
     ///
@@ -273,7 +296,8 @@ impl Work {
     }
 
     /// Removes one level of disabling. Without a matching [`disable`](Self::disable) it
-    /// does nothing. It does not re-arm the work.
+    /// does nothing: in particular it never lifts the re-arm refusal of a `cancel_sync`
+    /// or drop waiting for a run. It does not re-arm the work.
     pub fn enable(&self) {
         self.shared.enable(&self.cell)
     }
