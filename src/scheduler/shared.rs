@@ -17,9 +17,11 @@
 //!   made before it: the touch is never lost to a run that missed its data.
 //! - Reference counting of the cell: the owning handle holds one `Arc` and the running
 //!   thread one while it runs; a timer entry holds a non-owning [`ArmedRef`], valid
-//!   because an entry never outlives the handle. The handle's drop waits until no
-//!   run is in progress (or, from inside the run, marks the work `ORPHANED` so the runner
-//!   drops the last reference after the callback returned, outside the lock).
+//!   because an entry never outlives the handle. The handle's drop disarms and waits
+//!   until no run is in progress. Where that wait could never end (the run is the
+//!   dropping thread's own, or its callback waits for the dropping callback: a wait
+//!   cycle, see `work::waits`) it marks the work `ORPHANED` instead, so the runner drops
+//!   the last reference after the callback returned, outside the lock.
 //! - After shutdown (the last `Scheduler` handle dropped) nothing is armed again: arming
 //!   calls return `false`, runs already in progress finish, and their re-arm is refused.
 
@@ -53,8 +55,9 @@ pub(crate) type Cell = Arc<dyn RunCell>;
 /// Arming and cancelling are the hot operations, so they do no reference counting. This
 /// is sound because of the invariant in the module docs: while a work has a timer entry,
 /// its owning handle (which holds an `Arc`) is alive. Every path that lets go of the
-/// handle removes the entry first, under the core lock: drop (through `cancel_sync`, or
-/// `ORPHANED` from inside the run), and shutdown (which drains all entries). A run takes
+/// handle removes the entry first, under the core lock: drop (`cancel_and_wait` disarms
+/// before it waits or marks the work `ORPHANED`, and an orphaned work refuses every
+/// re-arm), and shutdown (which drains all entries). A run takes
 /// its own counted reference ([`ArmedRef::to_cell`]) while the handle is still alive.
 pub(crate) struct ArmedRef(*const dyn RunCell);
 
