@@ -180,18 +180,19 @@
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
 #![cfg_attr(all(loom, feature = "loom"), allow(dead_code))]
 
-mod chunked;
 pub mod cid;
-mod driver;
+mod clock;
 mod error;
+mod fork;
 mod priority;
 mod scheduler;
 mod sync;
 mod timer;
-mod work;
 
 pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid};
 pub use error::Error;
 pub use priority::Priority;
-pub use scheduler::{global, Builder, LendingStats, Scheduler, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
-pub use work::{Ctx, Next, Work, WorkStats};
+pub use scheduler::{
+    global, Builder, Ctx, LendingStats, Next, Scheduler, Work, WorkStats, MAX_SLACK, MAX_WORKERS,
+    MIN_SLACK,
+};

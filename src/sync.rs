@@ -67,7 +67,7 @@ pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexG
 }
 
 /// A load that must observe the caller's earlier `SeqCst` writes in the single total
-/// order (the `touch()` fast path; see the scheduler's `shared` module).
+/// order (the `touch()` fast path; see the ground rules in `scheduler`).
 ///
 /// In real builds this is one `SeqCst` load: a plain `mov` on x86. Loom regards `SeqCst`
 /// accesses as `AcqRel` (its README lists this as a source of false alarms) but models

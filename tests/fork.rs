@@ -1,6 +1,6 @@
 //! `fork()` with a scheduler in use: the child must neither deadlock on a lock another
 //! thread held at the fork nor run callbacks; schedulers from before the fork are inert
-//! there, new ones work (see `src/scheduler/fork.rs`). Real forks, one child per case.
+//! there, new ones work (see `src/fork.rs`). Real forks, one child per case.
 
 mod common;
 

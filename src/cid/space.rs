@@ -69,7 +69,7 @@ impl SpaceInner {
     /// released. Slots of ids the parent's vanished threads held are never handed out.
     #[inline]
     fn in_forked_child(&self) -> bool {
-        crate::scheduler::fork::is_forked_since(self.fork_generation)
+        crate::fork::is_forked_since(self.fork_generation)
     }
 
     /// A fresh id in a forked child (see `in_forked_child`).
@@ -318,7 +318,7 @@ impl IdSpaceBuilder {
                 high_water: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
                 work,
-                fork_generation: crate::scheduler::fork::generation(),
+                fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
             }
         });

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::shared::Config;
-use crate::driver::nanos;
+use super::core::Config;
+use crate::clock::nanos;
 use crate::{Error, Priority, Scheduler};
 
 /// Most worker threads one scheduler may have.
@@ -166,8 +166,8 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 fn start(config: Config) -> Result<Scheduler, Error> {
     use std::sync::{mpsc, Arc};
 
-    use super::shared::Shared;
-    use crate::driver::timerfd::TimerSource;
+    use super::core::Shared;
+    use crate::clock::timerfd::TimerSource;
     use crate::sync::lock_std;
 
     let source = TimerSource::new()?;

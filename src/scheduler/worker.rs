@@ -19,8 +19,9 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
 use super::backoff::Backoff;
-use super::shared::{Executed, Shared};
-use crate::driver::timerfd::TimerReader;
+use super::core::Shared;
+use super::run::Executed;
+use crate::clock::timerfd::TimerReader;
 use crate::sync::{thread_local, wait};
 use crate::{Error, Scheduler};
 
@@ -63,7 +64,7 @@ pub(crate) fn main(
         if let Some(mut taken) = shared.take_ready(&mut core) {
             taken.worker_slot = Some(slot);
             core.lending
-                .start(slot, crate::work::frames::address(&taken.cell));
+                .start(slot, crate::scheduler::frames::address(&taken.cell));
             // Hand on what this worker leaves behind: more due works go to an idle
             // follower (or wake the poller), and someone must keep watching the timerfd.
             if core.timers.has_ready() {

@@ -1,44 +1,17 @@
 //! [`Work`]: a callback plus its arming state, and the owning handle to it.
-//!
-//! # The state machine
-//!
-//! ```text
-//!            schedule / reschedule / touch / every
-//!   idle ─────────────────────────────────────────▶ armed (PENDING: in the wheel)
-//!    ▲  ◀──────────── cancel / cancel_sync / disable ──┘ │ due
-//!    │                                                   ▼
-//!    │   Park / Stop / refused re-arm        running (RUNNING: one thread)
-//!    └──────────────────────────────────────────────┤  │ Again / After / Yield
-//!                                                    │  └──────────────▶ armed
-//!                           panic ──▶ poisoned (never runs again)
-//! ```
-//!
-//! A work may be armed *and* running (touched or scheduled during its own run): the new
-//! instance waits until the run ends, so the callback never runs on two threads at once.
-//! See [`state`] for the word that encodes this and the scheduler's `shared` module for
-//! how transitions are ordered.
-
-mod cell;
-mod ctx;
-pub(crate) mod frames;
-pub(crate) mod state;
-mod stats;
-pub(crate) mod waits;
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) use cell::{Header, RunCell};
-pub use ctx::{Ctx, Next};
-pub(crate) use stats::StatsCell;
-pub use stats::WorkStats;
+use super::{Ctx, Header, Next, WorkStats};
 
-use crate::scheduler::shared::{drop_contained, Cell, Shared};
+use super::cell::WorkCell;
+use super::core::{Cell, Shared};
+use super::run::drop_contained;
+use super::state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 use crate::sync::Ordering;
 use crate::Scheduler;
-use cell::WorkCell;
-use state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 
 /// The owning handle of a delayed work (the kernel's `struct delayed_work`).
 ///

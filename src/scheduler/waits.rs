@@ -28,7 +28,7 @@
 //! taken and no user code runs while it is held.
 
 use super::frames;
-use crate::scheduler::shared::Cell;
+use crate::scheduler::core::Cell;
 use crate::sync::{lock, Mutex};
 
 /// One blocked thread: the works on its frame stack wait for `target`.

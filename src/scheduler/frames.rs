@@ -10,12 +10,12 @@
 //! A frame is a raw pointer to the cell: [`Shared::execute`] holds a counted reference
 //! for as long as the frame is on the stack, so the pointer is valid while it is there.
 //!
-//! [`Shared::execute`]: crate::scheduler::shared::Shared::execute
+//! [`Shared::execute`]: crate::scheduler::core::Shared::execute
 
 use std::cell::RefCell;
 
 use super::RunCell;
-use crate::scheduler::shared::Cell;
+use crate::scheduler::core::Cell;
 use crate::sync::thread_local;
 
 thread_local! {

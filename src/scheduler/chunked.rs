@@ -132,7 +132,7 @@ impl<E> Job<'_, E> {
                         // Only the first panic is resumed. Dropping a payload runs user
                         // code that may panic again: do it outside the lock, contained.
                         drop(first);
-                        crate::scheduler::shared::drop_payload(payload);
+                        crate::scheduler::run::drop_payload(payload);
                     }
                 }
             }
