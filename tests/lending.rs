@@ -1,8 +1,9 @@
 //! Lending priority (DESIGN.md, "Lending priority"): `flush()` runs a pending work on the
 //! caller, raises a running worker only where the process may, and takes over `Yield`
 //! increments. The privileged paths run as root; the same checks re-run as user 65534
-//! (no right: the flusher only waits) and as user 65534 with `RLIMIT_NICE` 15 (the worker
-//! is raised only as far as nice 5).
+//! (no right: the flusher only waits), and, in an ignored test that needs
+//! `CAP_SYS_RESOURCE`, as user 65534 with `RLIMIT_NICE` 15 (the worker is raised only as
+//! far as nice 5).
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use common::{current_nice, current_policy, eventually, gettid, nice_of, policy_of, EVENTUALLY};
+use common::{
+    current_nice, current_policy, eventually, gettid, nice_of, policy_of, AsNobody, EVENTUALLY,
+};
 use nicework::{Next, Priority, Scheduler};
 
 #[test]
@@ -316,32 +319,42 @@ fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
     }
 }
 
+/// The unprivileged side when the tests run as root: re-runs itself as user 65534 with
+/// `RLIMIT_NICE` 0. Skipped (with a printed reason) where that is impossible: not root, or
+/// no `setpriv`.
 #[test]
-fn without_the_right_to_raise_a_flusher_only_waits() {
-    common::run_unprivileged("unprivileged_flush_checks", &[]);
+fn without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv() {
+    match common::as_uid_65534(
+        "without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv",
+        &[],
+    ) {
+        Ok(AsNobody::Here) => {
+            common::drop_rlimit_nice();
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        Ok(AsNobody::Passed) => {}
+        Err(reason) => println!("skipped: {reason}"),
+    }
 }
 
+/// Never skipped when run: it fails if its set-up is impossible.
 #[test]
-fn with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit() {
-    common::run_unprivileged("rlimit_flush_checks", &["prlimit", "--nice=15:15"]);
-}
-
-#[test]
-#[ignore = "run as user 65534 by without_the_right_to_raise_a_flusher_only_waits"]
-fn unprivileged_flush_checks() {
-    assert!(!common::is_root());
-    let sched = Scheduler::new().unwrap();
-    assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
-    check_flush_of_a_running_work(Priority::Nice(19));
-    check_flush_of_a_running_work(Priority::Idle);
-}
-
-#[test]
-#[ignore = "run as user 65534 with RLIMIT_NICE 15 by with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit"]
-fn rlimit_flush_checks() {
-    assert!(!common::is_root());
-    let sched = Scheduler::new().unwrap();
-    assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
-    check_flush_of_a_running_work(Priority::Nice(19));
-    check_flush_of_a_running_work(Priority::Idle);
+#[ignore = "needs CAP_SYS_RESOURCE to raise RLIMIT_NICE; run with --ignored as a privileged root"]
+fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource() {
+    let outcome = common::as_uid_65534(
+        "with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource",
+        &["prlimit", "--nice=15:15"],
+    );
+    match outcome.unwrap_or_else(|reason| panic!("cannot run: {reason}")) {
+        AsNobody::Here => {
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        AsNobody::Passed => {}
+    }
 }
