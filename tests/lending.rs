@@ -1,8 +1,9 @@
 //! Lending priority (DESIGN.md, "Lending priority"): `flush()` runs a pending work on the
 //! caller, raises a running worker only where the process may, and takes over `Yield`
 //! increments. The privileged paths run as root; the same checks re-run as user 65534
-//! (no right: the flusher only waits) and as user 65534 with `RLIMIT_NICE` 15 (the worker
-//! is raised only as far as nice 5).
+//! (no right: the flusher only waits), and, in an ignored test that needs
+//! `CAP_SYS_RESOURCE`, as user 65534 with `RLIMIT_NICE` 15 (the worker is raised only as
+//! far as nice 5).
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use common::{current_nice, current_policy, eventually, gettid, nice_of, policy_of, EVENTUALLY};
+use common::{
+    current_nice, current_policy, eventually, gettid, nice_of, policy_of, AsNobody, EVENTUALLY,
+};
 use nicework::{Next, Priority, Scheduler};
 
 #[test]
@@ -145,38 +148,128 @@ fn a_flusher_at_a_lower_priority_than_the_worker_lends_nothing() {
     );
 }
 
-#[test]
-fn flush_takes_over_the_yield_increments_on_a_worker() {
-    const INCREMENTS: u64 = 200;
-    let sched = Scheduler::new().unwrap();
-    let done = Arc::new(AtomicU64::new(0));
-    let on_flusher = Arc::new(AtomicU64::new(0));
-    let flusher_tid = Arc::new(AtomicU64::new(0));
-    let (counter, mine, tid) = (done.clone(), on_flusher.clone(), flusher_tid.clone());
+/// A work of `INCREMENTS` `Yield` increments that records the thread and nice of each.
+struct Incremental {
+    work: nicework::Work,
+    /// (thread, nice) of each increment, in order.
+    ran: Arc<Mutex<Vec<(i32, i32)>>>,
+}
+
+const INCREMENTS: usize = 200;
+
+/// `first` runs inside the first increment, on the worker, before it returns `Yield`.
+fn incremental(sched: &Scheduler, first: impl FnOnce() + Send + 'static) -> Incremental {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let record = ran.clone();
+    let mut first = Some(first);
     let work = sched.work(move |_| {
         std::hint::black_box((0..20_000u64).sum::<u64>());
-        if gettid() as u64 == tid.load(Ordering::SeqCst) {
-            mine.fetch_add(1, Ordering::Relaxed);
+        let n = {
+            let mut ran = record.lock().unwrap();
+            ran.push((gettid(), current_nice()));
+            ran.len()
+        };
+        if let Some(first) = first.take() {
+            first();
         }
-        if counter.fetch_add(1, Ordering::Relaxed) + 1 < INCREMENTS {
+        if n < INCREMENTS {
             Next::Yield
         } else {
             Next::Park
         }
     });
-    flusher_tid.store(gettid() as u64, Ordering::SeqCst);
-    work.schedule(Duration::ZERO);
-    assert!(eventually(|| done.load(Ordering::Relaxed) > 0));
-    assert!(work.flush());
-    assert_eq!(
-        done.load(Ordering::Relaxed),
-        INCREMENTS,
-        "flush returned at the end"
+    Incremental { work, ran }
+}
+
+#[test]
+fn flush_takes_over_the_yield_increments_on_a_worker() {
+    // One worker. The first increment runs on it; a second work then holds the worker,
+    // so the next increment is pending, not running, when `flush` is called, whatever
+    // the machine's load (on an idle machine the worker would otherwise race the flusher
+    // for every increment: see `flush_during_a_running_increment_takes_over_the_rest`).
+    let sched = Scheduler::new().unwrap();
+    let worker = sched.worker_tids()[0];
+    let (first_tx, first_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let inc = incremental(&sched, move || {
+        first_tx.send(()).unwrap();
+        release_rx.recv_timeout(EVENTUALLY).unwrap();
+    });
+    let flushed = Arc::new(AtomicBool::new(false));
+    let (blocking_tx, blocking_rx) = mpsc::channel();
+    let until_flushed = flushed.clone();
+    let blocker = sched.work(move |_| {
+        blocking_tx.send(()).unwrap();
+        assert!(eventually(|| until_flushed.load(Ordering::SeqCst)));
+        Next::Park
+    });
+    inc.work.schedule(Duration::ZERO);
+    first_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the first increment ran");
+    // Due before the increment's `Yield` re-arm, so it runs next ("`Yield` runs again
+    // after the other due works").
+    assert!(blocker.schedule(Duration::ZERO));
+    release_tx.send(()).unwrap();
+    blocking_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the blocker ran");
+    assert!(inc.work.is_pending() && !inc.work.is_running());
+
+    assert!(inc.work.flush());
+    flushed.store(true, Ordering::SeqCst);
+    let ran = inc.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), INCREMENTS, "flush returned at the end");
+    assert!(!inc.work.is_pending() && !inc.work.is_running());
+    assert_eq!(ran[0].0, worker, "the first increment ran on the worker");
+    let flusher = gettid();
+    assert!(
+        ran[1..].iter().all(|&(tid, _)| tid == flusher),
+        "the flusher ran the remaining increments"
     );
-    assert!(!work.is_pending() && !work.is_running());
-    let helped = sched.lending_stats().helped;
-    assert_eq!(helped, on_flusher.load(Ordering::Relaxed));
-    assert!(helped > 0, "the flusher ran the remaining increments");
+    let stats = sched.lending_stats();
+    assert_eq!(
+        (stats.helped, stats.raised, stats.waited),
+        (INCREMENTS as u64 - 1, 0, 0)
+    );
+    assert!(blocker.flush(), "the blocker finishes");
+}
+
+#[test]
+#[ignore = "library bug: a flusher that arrives during an increment sleeps through the \
+            rest, which the worker runs unraised (Shared::flush / wait_until_idle in \
+            src/scheduler/shared.rs); run with --ignored once fixed"]
+fn flush_during_a_running_increment_takes_over_the_rest() {
+    // `back_off(false)`: every `Yield` re-arms due at once, whatever the machine's load,
+    // as it does with back-off on an idle machine (`cargo test --test lending` alone).
+    let sched = Scheduler::builder().back_off(false).build().unwrap();
+    let waiting = sched.clone();
+    // The first increment returns only once the flusher waits for it.
+    let inc = incremental(&sched, move || {
+        assert!(eventually(|| {
+            let stats = waiting.lending_stats();
+            stats.raised + stats.waited > 0
+        }));
+    });
+    inc.work.schedule(Duration::ZERO);
+    assert!(eventually(|| inc.work.is_running()));
+    let flusher = gettid();
+    assert!(inc.work.flush());
+    let ran = inc.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), INCREMENTS, "flush returned at the end");
+    let on_worker: Vec<_> = ran[1..]
+        .iter()
+        .filter(|&&(tid, _)| tid != flusher)
+        .collect();
+    let nices: std::collections::BTreeSet<i32> = on_worker.iter().map(|&&(_, n)| n).collect();
+    assert!(
+        on_worker.is_empty(),
+        "the flusher waited while the worker ran {} of the {} remaining increments (at nice \
+         {nices:?}); lending stats {:?}",
+        on_worker.len(),
+        INCREMENTS - 1,
+        sched.lending_stats()
+    );
 }
 
 #[test]
@@ -226,32 +319,42 @@ fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
     }
 }
 
+/// The unprivileged side when the tests run as root: re-runs itself as user 65534 with
+/// `RLIMIT_NICE` 0. Skipped (with a printed reason) where that is impossible: not root, or
+/// no `setpriv`.
 #[test]
-fn without_the_right_to_raise_a_flusher_only_waits() {
-    common::run_unprivileged("unprivileged_flush_checks", &[]);
+fn without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv() {
+    match common::as_uid_65534(
+        "without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv",
+        &[],
+    ) {
+        Ok(AsNobody::Here) => {
+            common::drop_rlimit_nice();
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        Ok(AsNobody::Passed) => {}
+        Err(reason) => println!("skipped: {reason}"),
+    }
 }
 
+/// Never skipped when run: it fails if its set-up is impossible.
 #[test]
-fn with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit() {
-    common::run_unprivileged("rlimit_flush_checks", &["prlimit", "--nice=15:15"]);
-}
-
-#[test]
-#[ignore = "run as user 65534 by without_the_right_to_raise_a_flusher_only_waits"]
-fn unprivileged_flush_checks() {
-    assert!(!common::is_root());
-    let sched = Scheduler::new().unwrap();
-    assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
-    check_flush_of_a_running_work(Priority::Nice(19));
-    check_flush_of_a_running_work(Priority::Idle);
-}
-
-#[test]
-#[ignore = "run as user 65534 with RLIMIT_NICE 15 by with_rlimit_nice_a_flusher_raises_only_as_far_as_the_limit"]
-fn rlimit_flush_checks() {
-    assert!(!common::is_root());
-    let sched = Scheduler::new().unwrap();
-    assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
-    check_flush_of_a_running_work(Priority::Nice(19));
-    check_flush_of_a_running_work(Priority::Idle);
+#[ignore = "needs CAP_SYS_RESOURCE to raise RLIMIT_NICE; run with --ignored as a privileged root"]
+fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource() {
+    let outcome = common::as_uid_65534(
+        "with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource",
+        &["prlimit", "--nice=15:15"],
+    );
+    match outcome.unwrap_or_else(|reason| panic!("cannot run: {reason}")) {
+        AsNobody::Here => {
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        AsNobody::Passed => {}
+    }
 }

@@ -70,14 +70,48 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Re-executes this test binary's ignored test `test` as user 65534 (nobody) under
+/// Whether this thread has `CAP_SYS_NICE` in its effective set.
+pub fn has_cap_sys_nice() -> bool {
+    const CAP_SYS_NICE: u32 = 23;
+    std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("CapEff:"))
+                .and_then(|caps| u64::from_str_radix(caps.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_NICE) != 0)
+}
+
+/// Set, to the test's name, in the environment of a test's re-run as user 65534.
+const RERUN_AS_NOBODY: &str = "NICEWORK_TEST_RERUN_AS_UID_65534";
+
+/// Where a test that must run as user 65534 (nobody) does its checks.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AsNobody {
+    /// This process is the re-run as user 65534: do the checks here.
+    Here,
+    /// This (root) process re-ran the test as user 65534, and that run passed.
+    Passed,
+}
+
+/// For a test that checks what an unprivileged user sees: re-executes this test binary's
+/// test `test` (the caller's own name) as user 65534 under
 /// `setpriv --reuid=65534 --regid=65534 --clear-groups`, after `prefix` (for example
-/// `["prlimit", "--nice=15:15"]`), and asserts that it ran and passed. Returns `false`
-/// with a printed reason when that is impossible (not root, or a tool is missing).
-pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
+/// `["prlimit", "--nice=15:15"]`), and asserts that it ran and passed. In that re-run it
+/// returns [`AsNobody::Here`].
+///
+/// Returns `Err` with the reason when the re-run is impossible here: not root, a tool is
+/// missing, or `prefix` fails (`prlimit` raising a hard limit needs `CAP_SYS_RESOURCE`).
+/// A test that may be skipped so says what it needs in its name, or is `#[ignore]`d.
+pub fn as_uid_65534(test: &str, prefix: &[&str]) -> Result<AsNobody, String> {
+    if std::env::var(RERUN_AS_NOBODY).is_ok_and(|name| name == test) {
+        assert!(!is_root(), "the re-run of {test} still runs as root");
+        return Ok(AsNobody::Here);
+    }
     if !is_root() {
-        println!("skipped the unprivileged re-run of {test}: not running as root");
-        return false;
+        return Err(format!("{test} needs root to re-run itself as user 65534"));
     }
     for tool in ["setpriv"].iter().chain(prefix.first()) {
         if std::process::Command::new(tool)
@@ -85,8 +119,7 @@ pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
             .output()
             .is_err()
         {
-            println!("skipped the unprivileged re-run of {test}: {tool} is not installed");
-            return false;
+            return Err(format!("{test} needs {tool}, which is not installed"));
         }
     }
     if let Some((program, rest)) = prefix.split_first() {
@@ -96,8 +129,9 @@ pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
             .status()
             .is_ok_and(|status| status.success());
         if !works {
-            println!("skipped the unprivileged re-run of {test}: `{prefix:?} true` fails here");
-            return false;
+            return Err(format!(
+                "{test} needs `{prefix:?} true` to work, and it fails here"
+            ));
         }
     }
     let exe = std::env::current_exe().unwrap();
@@ -111,6 +145,7 @@ pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&exe)
         .args(["--exact", test, "--include-ignored", "--nocapture"])
+        .env(RERUN_AS_NOBODY, test)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
@@ -121,7 +156,14 @@ pub fn run_unprivileged(test: &str, prefix: &[&str]) -> bool {
         "the unprivileged test did not run:\n{text}"
     );
     print!("{text}");
-    true
+    Ok(AsNobody::Passed)
+}
+
+/// Drops this process's `RLIMIT_NICE` to 0 (soft and hard; lowering needs no right), so
+/// that without `CAP_SYS_NICE` it may not lower any thread's nice.
+pub fn drop_rlimit_nice() {
+    use nix::sys::resource::{setrlimit, Resource};
+    setrlimit(Resource::RLIMIT_NICE, 0, 0).expect("lowering RLIMIT_NICE");
 }
 
 /// Asserts that `work` is inert, as after its scheduler was dropped: every arming call
