@@ -58,7 +58,7 @@ fn rearm_pair() {
         black_box(work.reschedule(far));
         black_box(work.cancel());
     });
-    assert_eq!(sched.armed(), REGISTERED);
+    assert_eq!(sched.metrics().armed, REGISTERED);
     drop(registered);
     drop(hot);
     drop(sched);
@@ -145,14 +145,14 @@ fn idle_wakeups() {
     let works: Vec<Work> = (0..10_000)
         .map(|_| sched.every(Duration::from_millis(1), |_| Next::Park))
         .collect();
-    while works.iter().any(|w| w.stats().runs == 0) || sched.armed() > 0 {
+    while works.iter().any(|w| w.stats().runs == 0) || sched.metrics().armed > 0 {
         std::thread::sleep(Duration::from_millis(5));
     }
     std::thread::sleep(Duration::from_millis(50));
     let window = Duration::from_secs(2);
-    let before = sched.worker_wakeups();
+    let before = sched.metrics().worker_wakeups;
     std::thread::sleep(window);
-    let per_second = (sched.worker_wakeups() - before) as f64 / window.as_secs_f64();
+    let per_second = (sched.metrics().worker_wakeups - before) as f64 / window.as_secs_f64();
     println!(
         "worker wakeups/s, 10k parked  {per_second:6.1}      (target 0; Netty HashedWheelTimer ticks 10/s)"
     );

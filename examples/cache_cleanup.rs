@@ -81,8 +81,8 @@ impl Cache {
     fn print(&self, sched: &Scheduler, title: &str) {
         println!(
             "\n{title} (armed works: {}, worker wakeups so far: {})",
-            sched.armed(),
-            sched.worker_wakeups()
+            sched.metrics().armed,
+            sched.metrics().worker_wakeups
         );
         println!(
             "{:<10} {:>8} {:>7} {:>7} {:>8} {:>10}",
@@ -135,12 +135,12 @@ fn main() -> Result<(), nicework::Error> {
 
     // No traffic: entries expire, the purges remove them and park.
     std::thread::sleep(TTL + PURGE_PERIOD * 3);
-    let wakeups = sched.worker_wakeups();
+    let wakeups = sched.metrics().worker_wakeups;
     std::thread::sleep(Duration::from_millis(500));
     cache.print(&sched, "idle again");
     println!(
         "worker wakeups during the last 0.5 s of idleness: {}",
-        sched.worker_wakeups() - wakeups
+        sched.metrics().worker_wakeups - wakeups
     );
 
     // Drop half the shards: each purge work is cancelled synchronously with its shard

@@ -329,7 +329,7 @@ fn an_idle_space_costs_nothing() {
         runs,
         "an idle space ran its work"
     );
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
 }
 
 #[test]
@@ -346,11 +346,11 @@ fn an_idle_space_causes_no_worker_wakeups() {
             .join()
             .unwrap();
     }
-    assert!(eventually(|| sched.armed() == 0 && ids.held() == 0));
+    assert!(eventually(|| sched.metrics().armed == 0 && ids.held() == 0));
     std::thread::sleep(Duration::from_millis(30));
     let runs = ids.compaction_stats().runs;
-    let before = sched.worker_wakeups();
+    let before = sched.metrics().worker_wakeups;
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(sched.worker_wakeups(), before);
+    assert_eq!(sched.metrics().worker_wakeups, before);
     assert_eq!(ids.compaction_stats().runs, runs);
 }

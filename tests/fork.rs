@@ -88,7 +88,7 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
                 !busy.flush(),
                 !busy.disable(),
                 sched.workers() == 0,
-                sched.armed() == 0,
+                sched.metrics().armed == 0,
                 sched.advance(Duration::from_secs(1)) == 0,
                 sched.run_chunked(0..100, 1, |_| Ok::<(), ()>(())).is_ok(),
             ];

@@ -49,12 +49,13 @@ fn ten_thousand_idle_objects_cost_no_runs_and_no_wakeups_for_30_s() {
         })
     };
     assert!(common::eventually(all_parked));
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
     std::thread::sleep(Duration::from_millis(100)); // let the worker reach its sleep
-    let (runs_before, wakeups_before) = (runs.load(Ordering::SeqCst), sched.worker_wakeups());
+    let (runs_before, wakeups_before) =
+        (runs.load(Ordering::SeqCst), sched.metrics().worker_wakeups);
     std::thread::sleep(Duration::from_secs(30));
     let runs_during = runs.load(Ordering::SeqCst) - runs_before;
-    let wakeups_during = sched.worker_wakeups() - wakeups_before;
+    let wakeups_during = sched.metrics().worker_wakeups - wakeups_before;
     println!("{OBJECTS} idle objects, 30 s: {runs_during} runs, {wakeups_during} worker wakeups");
     assert_eq!(runs_during, 0);
     assert_eq!(wakeups_during, 0);

@@ -28,7 +28,7 @@ fn flush_of_a_pending_work_runs_on_the_caller_at_its_priority() {
     work.schedule(Duration::from_secs(3600));
     assert!(work.flush());
     assert_eq!(*ran_on.lock().unwrap(), Some((gettid(), current_nice())));
-    let stats = sched.lending_stats();
+    let stats = sched.metrics().lending;
     assert_eq!((stats.helped, stats.raised, stats.waited), (1, 0, 0));
     assert!(!work.is_pending());
 }
@@ -52,7 +52,7 @@ fn running_work(priority: Priority) -> RunningRun {
         let (base_nice, base_policy) = (current_nice(), current_policy());
         started_tx.send(()).unwrap();
         let lent_or_refused = eventually(|| {
-            let stats = cx.scheduler().lending_stats();
+            let stats = cx.scheduler().metrics().lending;
             let moved = current_nice() != base_nice || current_policy() != base_policy;
             moved || stats.waited > 0
         });
@@ -74,12 +74,12 @@ fn running_work(priority: Priority) -> RunningRun {
 /// the scheduler's `raise_limit()`.
 fn check_flush_of_a_running_work(priority: Priority) {
     let run = running_work(priority);
-    let worker = run.sched.worker_tids()[0];
+    let worker = run.sched.metrics().worker_tids[0];
     let before = (nice_of(worker), policy_of(worker));
     let flusher_nice = current_nice();
     assert!(run.work.flush());
     let (seen_nice, seen_policy) = run.observed.lock().unwrap().expect("the run recorded");
-    let stats = run.sched.lending_stats();
+    let stats = run.sched.metrics().lending;
     match run.sched.raise_limit() {
         Some(limit) => {
             let expected = flusher_nice.max(limit);
@@ -136,7 +136,7 @@ fn a_flusher_at_a_lower_priority_than_the_worker_lends_nothing() {
         // SAFETY: plain system call; raising one's own nice is always allowed.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, 19) };
         assert!(run.work.flush());
-        let stats = run.sched.lending_stats();
+        let stats = run.sched.metrics().lending;
         assert_eq!((stats.raised, stats.waited), (0, 1));
         *run.observed.lock().unwrap()
     });
@@ -188,7 +188,7 @@ fn flush_takes_over_the_yield_increments_on_a_worker() {
     // the machine's load (on an idle machine the worker would otherwise race the flusher
     // for every increment: see `flush_during_a_running_increment_takes_over_the_rest`).
     let sched = Scheduler::new().unwrap();
-    let worker = sched.worker_tids()[0];
+    let worker = sched.metrics().worker_tids[0];
     let (first_tx, first_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let inc = incremental(&sched, move || {
@@ -227,7 +227,7 @@ fn flush_takes_over_the_yield_increments_on_a_worker() {
         ran[1..].iter().all(|&(tid, _)| tid == flusher),
         "the flusher ran the remaining increments"
     );
-    let stats = sched.lending_stats();
+    let stats = sched.metrics().lending;
     assert_eq!(
         (stats.helped, stats.raised, stats.waited),
         (INCREMENTS as u64 - 1, 0, 0)
@@ -247,7 +247,7 @@ fn flush_during_a_running_increment_takes_over_the_rest() {
     // The first increment returns only once the flusher waits for it.
     let inc = incremental(&sched, move || {
         assert!(eventually(|| {
-            let stats = waiting.lending_stats();
+            let stats = waiting.metrics().lending;
             stats.raised + stats.waited > 0
         }));
     });
@@ -268,7 +268,7 @@ fn flush_during_a_running_increment_takes_over_the_rest() {
          {nices:?}); lending stats {:?}",
         on_worker.len(),
         INCREMENTS - 1,
-        sched.lending_stats()
+        sched.metrics().lending
     );
 }
 
@@ -303,7 +303,7 @@ fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
     assert!(backing_off.backs_off());
     let (work, _runs) = increments(&backing_off);
     assert!(
-        eventually(|| backing_off.deferred_yields() >= 3),
+        eventually(|| backing_off.metrics().deferred_yields >= 3),
         "increments were never deferred with {} runnable spinners on {cpus} CPUs",
         cpus + 1
     );
@@ -312,7 +312,7 @@ fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
     let (work, runs) = increments(&plain);
     assert!(eventually(|| runs.load(Ordering::Relaxed) >= 50));
     work.cancel_sync();
-    assert_eq!(plain.deferred_yields(), 0);
+    assert_eq!(plain.metrics().deferred_yields, 0);
     stop.store(true, Ordering::Relaxed);
     for spinner in spinners {
         spinner.join().unwrap();

@@ -241,7 +241,7 @@ fn two_works_that_drop_each_other_free_both_closures_after_their_runs() {
         .freed
         .iter()
         .all(|f| f.load(Ordering::SeqCst))));
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
     assert_eq!(cycle_warnings_naming("drop-pair-0", "drop-pair-1"), 1);
 }
 

@@ -171,7 +171,7 @@ fn drop_frees_the_closure_before_returning() {
     sched.advance(3 * MS);
     drop(work);
     assert!(dropped.load(Ordering::SeqCst));
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
 }
 
 #[test]
@@ -260,7 +260,7 @@ fn drop_from_inside_the_callback_frees_the_closure_after_it_returns() {
         dropped.load(Ordering::SeqCst),
         "freed once the callback returned"
     );
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
 }
 
 #[test]
@@ -286,7 +286,7 @@ fn every_for_drops_the_object_and_its_work_on_the_running_thread() {
     drop(object);
     assert_eq!(sched.advance(10 * MS), 1);
     assert!(dropped.load(Ordering::SeqCst));
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
 }
 
 // Semantic 6
@@ -317,9 +317,9 @@ fn a_panicking_callback_is_poisoned_and_others_carry_on() {
 fn a_parked_work_is_in_no_timer_structure() {
     let sched = Scheduler::manual();
     let works: Vec<Work> = (0..100).map(|_| sched.every(MS, |_| Next::Park)).collect();
-    assert_eq!(sched.armed(), 100);
+    assert_eq!(sched.metrics().armed, 100);
     sched.advance(MS);
-    assert_eq!(sched.armed(), 0);
+    assert_eq!(sched.metrics().armed, 0);
     assert_eq!(sched.advance(Duration::from_secs(3600)), 0);
     assert!(works
         .iter()

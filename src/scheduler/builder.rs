@@ -177,7 +177,7 @@ fn start(config: Config) -> Result<Scheduler, Error> {
     let raise_limit = crate::priority::raise_limit();
     let shared = Arc::new(Shared::new(config, Some(source), raise_limit));
     // From here on, dropping `scheduler` shuts down and joins whatever was started.
-    let scheduler = Scheduler::counted(shared.clone());
+    let scheduler = Scheduler::owning(shared.clone());
     let (started_tx, started_rx) = mpsc::channel();
     for (index, reader) in readers.into_iter().enumerate() {
         let thread_shared = shared.clone();

@@ -191,7 +191,7 @@ impl Scheduler {
         let tid = crate::priority::current_tid();
         let mut backoff = Backoff::new(true);
         while job.run_one_chunk(End::Front) {
-            if self.shared().lock().lending.is_lent_to(tid) {
+            if self.shared().is_lent_to(tid) {
                 continue;
             }
             let delay = backoff.after_yield();

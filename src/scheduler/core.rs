@@ -8,14 +8,12 @@ use std::time::Instant;
 
 use super::lending::Lending;
 use super::state::{State, PENDING};
-use super::{Header, RunCell};
+use super::{Callback, Header, WorkInner, WorkRef};
 use crate::clock::timerfd::TimerSource;
 use crate::clock::Clock;
 use crate::sync::{lock, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::timer::Timers;
 use crate::Priority;
-
-pub(crate) type Cell = Arc<dyn RunCell>;
 
 /// What a timer entry stores: a non-owning pointer to the armed work.
 ///
@@ -26,24 +24,24 @@ pub(crate) type Cell = Arc<dyn RunCell>;
 /// before it waits or marks the work `ORPHANED`, and an orphaned work refuses every
 /// re-arm), and shutdown (which drains all entries). A run takes
 /// its own counted reference ([`ArmedRef::to_cell`]) while the handle is still alive.
-pub(crate) struct ArmedRef(*const dyn RunCell);
+pub(crate) struct ArmedRef(*const WorkInner<dyn Callback>);
 
-// SAFETY: it points at a `Send + Sync` cell and is only dereferenced under the core lock
-// while the invariant above keeps the cell alive.
+// SAFETY: it points at a `Send + Sync` work and is only dereferenced under the core lock
+// while the invariant above keeps the work alive.
 unsafe impl Send for ArmedRef {}
 
 impl ArmedRef {
-    pub(super) fn new(cell: &Cell) -> Self {
-        ArmedRef(Arc::as_ptr(cell))
+    pub(super) fn new(work: &WorkRef) -> Self {
+        ArmedRef(Arc::as_ptr(work))
     }
 
     pub(super) fn header(&self) -> &Header {
-        // SAFETY: the entry exists, so the cell is alive (see the type's docs).
+        // SAFETY: the entry exists, so the work is alive (see the type's docs).
         unsafe { (*self.0).header() }
     }
 
     /// A counted reference for running the work.
-    pub(super) fn to_cell(&self) -> Cell {
+    pub(super) fn to_cell(&self) -> WorkRef {
         // SAFETY: the pointer came from `Arc::as_ptr` of a live `Arc` (the handle's, kept
         // alive by the invariant), so adding a strong count and adopting it is sound.
         unsafe {
@@ -59,44 +57,74 @@ impl std::fmt::Debug for ArmedRef {
     }
 }
 
-/// Settings fixed at build time.
+/// Settings fixed at build time. I: set by `build()`, read-only after.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    pub(crate) name: String,
-    pub(crate) priority: Priority,
-    pub(crate) workers: usize,
-    pub(crate) slack_ns: u64,
-    pub(crate) back_off: bool,
+    /// I: the worker threads' name prefix.
+    pub(super) name: String,
+    /// I: the workers' priority.
+    pub(super) priority: Priority,
+    /// I: how many worker threads (0 for `manual()`).
+    pub(super) workers: usize,
+    /// I: the coalescing window, after clamping.
+    pub(super) slack_ns: u64,
+    /// I: whether workers back off between `Yield` increments.
+    pub(super) back_off: bool,
 }
 
+/// Everything the one core lock guards. Tags, as in `kernel/workqueue.c`:
+/// `L:` read and written only under the core lock (every field here is `L:`).
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub(crate) timers: Timers<ArmedRef>,
+    /// L: every armed work's timer entry.
+    pub(super) timers: Timers<ArmedRef>,
+    /// L: the manual clock (`advance` moves it); unused by real schedulers.
     pub(super) virtual_now_ns: u64,
-    pub(crate) shutdown: bool,
-    pub(crate) idle_workers: usize,
+    /// L: set once, by the last owning handle's drop; nothing is armed after.
+    pub(super) shutdown: bool,
+    /// L: workers sleeping on `Shared::idle` as followers.
+    pub(super) idle_workers: usize,
+    /// L: threads sleeping on `Shared::run_done` for the end of a run.
     pub(super) run_waiters: usize,
-    pub(crate) poller_blocked: bool,
-    pub(crate) programmed_ns: Option<u64>,
-    pub(crate) timer: Option<TimerSource>,
-    pub(crate) lending: Lending,
-    /// `Yield` increments deferred because every CPU was busy (see `backoff`).
-    pub(crate) deferred_yields: u64,
-    /// How many `cancel_sync`/drop calls wait for each running work (by address); a work
-    /// is in here exactly while its state has `CANCEL_WAITING`.
+    /// L: a worker is blocked in the timerfd `read` (the poller).
+    pub(super) poller_blocked: bool,
+    /// L: the deadline the timerfd is programmed for, if any.
+    pub(super) programmed_ns: Option<u64>,
+    /// L: the timerfd (`None` for `manual()`).
+    pub(super) timer: Option<TimerSource>,
+    /// L: which worker runs what, and the priority lent to it.
+    pub(super) lending: Lending,
+    /// L: `Yield` increments deferred because every CPU was busy (see `backoff`).
+    pub(super) deferred_yields: u64,
+    /// L: how many `cancel_sync`/drop calls wait for each running work (by address); a
+    /// work is in here exactly while its state has `CANCEL_WAITING`.
     pub(super) cancel_waiters: HashMap<usize, usize>,
 }
 
+/// A scheduler's shared state, one per scheduler, reached through `Arc` by its handles,
+/// its works and its workers. Tags: `I:` set at build and read-only after; `L:` guarded
+/// by the core lock; `A:` atomic, with its writers named; `T:` guarded by its own std
+/// mutex, never taken together with the core lock.
 pub(crate) struct Shared {
-    pub(crate) core: Mutex<Core>,
+    /// The core lock and what it guards.
+    pub(super) core: Mutex<Core>,
+    /// L (waited on with the core lock): signalled by a run's completion when
+    /// `Core::run_waiters` is not zero.
     pub(super) run_done: Condvar,
-    pub(crate) idle: Condvar,
-    pub(crate) clock: Clock,
-    pub(crate) config: Config,
-    pub(crate) handles: AtomicUsize,
-    pub(crate) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
-    pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
-    /// The fork generation this scheduler was made in (see `fork`).
+    /// L (waited on with the core lock): wakes follower workers.
+    pub(super) idle: Condvar,
+    /// I: the time source (its virtual time is `Core::virtual_now_ns`).
+    pub(super) clock: Clock,
+    /// I: the build settings.
+    pub(super) config: Config,
+    /// A: owning `Scheduler` handles; `Clone` adds, `Drop` subtracts, and the one that
+    /// reaches zero shuts down.
+    pub(super) handles: AtomicUsize,
+    /// T: the worker threads to join at shutdown; filled by `build()`.
+    pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// T: the workers' kernel thread ids; filled by `build()`.
+    pub(super) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+    /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
 
@@ -169,6 +197,11 @@ impl Shared {
         (!self.is_forked_copy()).then(|| self.lock())
     }
 
+    /// Whether worker `tid` runs with a flusher's priority now (see `lending`).
+    pub(super) fn is_lent_to(&self, tid: libc::pid_t) -> bool {
+        self.lock().lending.is_lent_to(tid)
+    }
+
     pub(crate) fn now_ns(&self, core: &Core) -> u64 {
         if self.clock.is_manual() {
             core.virtual_now_ns
@@ -192,19 +225,25 @@ impl Shared {
     pub(super) fn arm(
         &self,
         core: &mut Core,
-        cell: &Cell,
+        work: &WorkRef,
         state: &mut State,
         deadline_ns: u64,
         now_ns: u64,
     ) {
-        let key = core.timers.arm(ArmedRef::new(cell), deadline_ns, now_ns);
+        let key = core.timers.arm(ArmedRef::new(work), deadline_ns, now_ns);
         state.set_pending(key);
         self.kick(core, deadline_ns, now_ns);
     }
 
-    pub(super) fn arm_after(&self, core: &mut Core, cell: &Cell, state: &mut State, delay_ns: u64) {
+    pub(super) fn arm_after(
+        &self,
+        core: &mut Core,
+        work: &WorkRef,
+        state: &mut State,
+        delay_ns: u64,
+    ) {
         let now = self.now_ns(core);
-        self.arm(core, cell, state, now.saturating_add(delay_ns), now);
+        self.arm(core, work, state, now.saturating_add(delay_ns), now);
     }
 
     /// Removes the work's timer entry, if any.

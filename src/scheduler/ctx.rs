@@ -1,8 +1,8 @@
 //! What a callback receives ([`Ctx`]) and returns ([`Next`]).
 
+use super::{Callback, WorkInner};
 use std::time::{Duration, Instant};
 
-use super::RunCell;
 use crate::sync::Ordering;
 use crate::Scheduler;
 
@@ -75,7 +75,7 @@ pub enum Next {
 /// ```
 pub struct Ctx<'a> {
     pub(crate) scheduler: &'a Scheduler,
-    pub(crate) cell: &'a dyn RunCell,
+    pub(crate) work: &'a WorkInner<dyn Callback>,
     pub(crate) deadline_ns: u64,
     pub(crate) started_ns: u64,
     pub(crate) runs: u64,
@@ -99,7 +99,7 @@ impl Ctx<'_> {
 
     /// The work's period: what `Next::Again` and `touch()` re-arm it for.
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.cell.header().period_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.work.header().period_ns.load(Ordering::Relaxed))
     }
 
     /// The scheduler running this work.
@@ -110,7 +110,7 @@ impl Ctx<'_> {
     /// The work's name (its [`Work::named`](crate::Work::named) name, or the closure's
     /// type name).
     pub fn name(&self) -> &str {
-        self.cell.name()
+        self.work.name()
     }
 }
 

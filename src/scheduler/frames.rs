@@ -7,40 +7,40 @@
 //! instead of a deadlock, and it is what a thread holds in the wait-for graph
 //! ([`waits`](super::waits)).
 //!
-//! A frame is a raw pointer to the cell: [`Shared::execute`] holds a counted reference
+//! A frame is a raw pointer to the work: [`Shared::execute`] holds a counted reference
 //! for as long as the frame is on the stack, so the pointer is valid while it is there.
 //!
 //! [`Shared::execute`]: crate::scheduler::core::Shared::execute
 
+use super::{Callback, WorkInner};
 use std::cell::RefCell;
 
-use super::RunCell;
-use crate::scheduler::core::Cell;
+use super::WorkRef;
 use crate::sync::thread_local;
 
 thread_local! {
     // loom's thread_local! has no `const { }` form, and this must build with both.
     #[allow(clippy::missing_const_for_thread_local)]
-    static RUNNING_HERE: RefCell<Vec<*const dyn RunCell>> = RefCell::new(Vec::new());
+    static RUNNING_HERE: RefCell<Vec<*const WorkInner<dyn Callback>>> = RefCell::new(Vec::new());
 }
 
-/// The address that identifies a work: its cell's data pointer.
-pub(crate) fn address(cell: &Cell) -> usize {
-    std::sync::Arc::as_ptr(cell) as *const () as usize
+/// The address that identifies a work: its work's data pointer.
+pub(crate) fn address(work: &WorkRef) -> usize {
+    std::sync::Arc::as_ptr(work) as *const () as usize
 }
 
-/// Marks `cell` as running on this thread until the guard drops. The caller keeps `cell`
+/// Marks `work` as running on this thread until the guard drops. The caller keeps `work`
 /// alive for at least as long as the guard.
-pub(crate) fn enter(cell: &Cell) -> FrameGuard {
-    RUNNING_HERE.with(|stack| stack.borrow_mut().push(std::sync::Arc::as_ptr(cell)));
+pub(crate) fn enter(work: &WorkRef) -> FrameGuard {
+    RUNNING_HERE.with(|stack| stack.borrow_mut().push(std::sync::Arc::as_ptr(work)));
     FrameGuard {
         _not_send: std::marker::PhantomData,
     }
 }
 
-/// Whether `cell`'s callback is executing on this thread (at any nesting depth).
-pub(crate) fn is_running_here(cell: &Cell) -> bool {
-    let address = address(cell);
+/// Whether `work`'s callback is executing on this thread (at any nesting depth).
+pub(crate) fn is_running_here(work: &WorkRef) -> bool {
+    let address = address(work);
     RUNNING_HERE.with(|stack| {
         stack
             .borrow()
@@ -65,7 +65,7 @@ pub(crate) fn innermost_name() -> Option<String> {
     RUNNING_HERE.with(|stack| {
         stack.borrow().last().map(|frame| {
             // SAFETY: a frame is on the stack only while `execute` holds a counted
-            // reference to its cell (see the module docs).
+            // reference to its work (see the module docs).
             unsafe { &**frame }.name().to_owned()
         })
     })

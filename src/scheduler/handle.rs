@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::builder::Builder;
 use super::core::Shared;
-use super::lending::LendingStats;
+use super::metrics::Metrics;
 
 use crate::scheduler::{Ctx, Next, Work};
 use crate::sync::{lock_std, Ordering};
@@ -39,11 +39,35 @@ use crate::{Error, Priority};
 /// rx.recv_timeout(Duration::from_secs(10)).unwrap();
 /// # Ok::<(), nicework::Error>(())
 /// ```
+#[repr(transparent)]
 pub struct Scheduler {
+    /// Every `Scheduler` owns: it counts in `Shared::handles`, and dropping the last one
+    /// shuts the scheduler down. The non-owning use is [`Handle`].
+    handle: Handle,
+}
+
+/// A non-owning handle: it reaches the scheduler without keeping its workers alive. The
+/// worker loop, `flush` on a caller's thread and `advance` run callbacks through one, and
+/// [`Ctx::scheduler`] shows it to the callback as a `&Scheduler` (cloning that makes an
+/// owning handle, as cloning any `Scheduler` does).
+#[derive(Debug, Clone)]
+pub(crate) struct Handle {
     shared: Arc<Shared>,
-    /// Whether this handle counts towards keeping the workers alive. The handles the
-    /// scheduler lends to callbacks through [`Ctx::scheduler`] do not.
-    counted: bool,
+}
+
+impl Handle {
+    pub(crate) fn new(shared: Arc<Shared>) -> Handle {
+        Handle { shared }
+    }
+
+    /// The scheduler behind this handle, as the `&Scheduler` that callbacks see.
+    pub(crate) fn as_scheduler(&self) -> &Scheduler {
+        // SAFETY: `Scheduler` is `repr(transparent)` over `Handle`, so the two have the
+        // same layout and a `&Handle` is a valid `&Scheduler` for the same lifetime. The
+        // reference is shared, so the `Scheduler`'s `Drop` (which gives up ownership)
+        // never runs on it; `Clone` through it counts a new owner as it should.
+        unsafe { &*(self as *const Handle as *const Scheduler) }
+    }
 }
 
 impl Scheduler {
@@ -85,25 +109,18 @@ impl Scheduler {
     /// ```
     pub fn manual() -> Scheduler {
         let shared = Shared::new(Builder::manual_config(), None, None);
-        Scheduler::counted(Arc::new(shared))
+        Scheduler::owning(Arc::new(shared))
     }
 
-    pub(crate) fn counted(shared: Arc<Shared>) -> Scheduler {
+    /// A new owning handle; the caller has counted it in `Shared::handles`.
+    pub(crate) fn owning(shared: Arc<Shared>) -> Scheduler {
         Scheduler {
-            shared,
-            counted: true,
-        }
-    }
-
-    pub(crate) fn uncounted(shared: Arc<Shared>) -> Scheduler {
-        Scheduler {
-            shared,
-            counted: false,
+            handle: Handle::new(shared),
         }
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+        &self.handle.shared
     }
 
     /// Creates an unarmed work. Its period (for [`Next::Again`] and
@@ -147,7 +164,7 @@ impl Scheduler {
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
         let work = Work::new(self, f, crate::clock::nanos(period), true);
-        self.shared.arm_new(work.cell(), period);
+        self.shared().arm_new(work.inner(), period);
         work
     }
 
@@ -212,69 +229,64 @@ impl Scheduler {
         if !self.is_manual() {
             return 0;
         }
-        let borrowed = Scheduler::uncounted(self.shared.clone());
-        self.shared.advance(&borrowed, by)
+        self.shared().advance(self, by)
     }
 
     /// The scheduler's current time: virtual for a manual scheduler (in a `fork()`ed
     /// child, where a scheduler from before the fork is inert, the real time).
     pub fn now(&self) -> Instant {
-        match self.shared.lock_unless_forked() {
-            Some(core) => self.shared.instant_at(self.shared.now_ns(&core)),
+        match self.shared().lock_unless_forked() {
+            Some(core) => self.shared().instant_at(self.shared().now_ns(&core)),
             None => Instant::now(),
         }
     }
 
     pub(crate) fn instant_at(&self, ns: u64) -> Instant {
-        self.shared.instant_at(ns)
+        self.shared().instant_at(ns)
     }
 
     /// Whether this is a [`manual`](Self::manual) scheduler.
     pub fn is_manual(&self) -> bool {
-        self.shared.clock.is_manual()
+        self.shared().clock.is_manual()
     }
 
     /// Number of worker threads (0 for a manual scheduler, and in a `fork()`ed child for
     /// a scheduler made before the fork).
     pub fn workers(&self) -> usize {
-        if self.is_manual() || self.shared.is_forked_copy() {
+        if self.is_manual() || self.shared().is_forked_copy() {
             0
         } else {
-            self.shared.config.workers
+            self.shared().config.workers
         }
     }
 
     /// The workers' priority.
     pub fn priority(&self) -> Priority {
-        self.shared.config.priority
+        self.shared().config.priority
     }
 
     /// The coalescing window (after clamping).
     pub fn slack(&self) -> Duration {
-        Duration::from_nanos(self.shared.config.slack_ns)
+        Duration::from_nanos(self.shared().config.slack_ns)
     }
 
-    /// The kernel thread ids of the worker threads (empty for a manual scheduler), for
-    /// reading their `/proc/self/task/TID/` files.
-    pub fn worker_tids(&self) -> Vec<i32> {
-        if self.shared.is_forked_copy() {
-            return Vec::new();
-        }
-        lock_std(&self.shared.worker_tids).clone()
-    }
-
-    /// How many times the worker threads went to sleep and woke up so far: the sum of
-    /// their `voluntary_ctxt_switches` in `/proc/self/task/TID/status` (0 for a manual
-    /// scheduler). With every work parked it stays flat.
+    /// A snapshot of the scheduler's diagnostics: armed works, worker wakeups, deferred
+    /// `Yield` increments, priority lending, and the workers' thread ids.
     ///
     /// # Examples
     ///
     /// ```
-    /// let sched = nicework::Scheduler::manual();
-    /// assert_eq!(sched.worker_wakeups(), 0);
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let _work = sched.every(Duration::from_secs(1), |_| Next::Again);
+    /// let metrics = sched.metrics();
+    /// assert_eq!(metrics.armed, 1);
+    /// assert_eq!(metrics.worker_wakeups, 0); // no worker threads
     /// ```
-    pub fn worker_wakeups(&self) -> u64 {
-        self.worker_tids().into_iter().map(voluntary_switches).sum()
+    pub fn metrics(&self) -> Metrics {
+        Metrics::read(self.shared())
     }
 
     /// The lowest nice value a flusher may raise a worker to while it waits for a run
@@ -294,24 +306,9 @@ impl Scheduler {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn raise_limit(&self) -> Option<i32> {
-        self.shared
+        self.shared()
             .lock_unless_forked()
             .and_then(|core| core.lending.limit())
-    }
-
-    /// How flushes lent their priority so far: runs they executed themselves, runs in
-    /// progress they raised, runs they only waited for.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let sched = nicework::Scheduler::manual();
-    /// assert_eq!(sched.lending_stats(), nicework::LendingStats::default());
-    /// ```
-    pub fn lending_stats(&self) -> LendingStats {
-        self.shared
-            .lock_unless_forked()
-            .map_or_else(LendingStats::default, |core| core.lending.stats)
     }
 
     /// Whether the workers back off between `Yield` increments while the CPUs are busy
@@ -324,68 +321,34 @@ impl Scheduler {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn backs_off(&self) -> bool {
-        self.shared.config.back_off
+        self.shared().config.back_off
     }
-
-    /// How many `Yield` increments the workers deferred so far because more threads were
-    /// runnable than there are CPUs (see [`Builder::back_off`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// assert_eq!(nicework::Scheduler::manual().deferred_yields(), 0);
-    /// ```
-    pub fn deferred_yields(&self) -> u64 {
-        self.shared
-            .lock_unless_forked()
-            .map_or(0, |core| core.deferred_yields)
-    }
-
-    /// Number of armed works (in the wheel or due).
-    pub fn armed(&self) -> usize {
-        self.shared
-            .lock_unless_forked()
-            .map_or(0, |core| core.timers.len())
-    }
-}
-
-/// A thread's `voluntary_ctxt_switches`, or 0 once it has exited.
-fn voluntary_switches(tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|count| count.trim().parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 impl Clone for Scheduler {
     fn clone(&self) -> Self {
-        self.shared.handles.fetch_add(1, Ordering::Relaxed);
-        Scheduler::counted(self.shared.clone())
+        self.shared().handles.fetch_add(1, Ordering::Relaxed);
+        Scheduler::owning(self.shared().clone())
     }
 }
 
 impl Drop for Scheduler {
     fn drop(&mut self) {
-        if !self.counted || self.shared.handles.fetch_sub(1, Ordering::AcqRel) != 1 {
+        if self.shared().handles.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
-        if self.shared.is_forked_copy() {
+        if self.shared().is_forked_copy() {
             // In a forked child there are no workers to stop, and the lock may be held by
             // a thread that is gone: leave everything as it is (see `fork`).
-            std::mem::forget(self.shared.clone());
+            std::mem::forget(self.shared().clone());
             return;
         }
-        self.shared.shutdown();
-        if super::worker::is_worker_of(&self.shared) {
+        self.shared().shutdown();
+        if super::worker::is_worker_of(self.shared()) {
             // Dropped from one of our own callbacks: that worker exits after the run.
             return;
         }
-        let threads = std::mem::take(&mut *lock_std(&self.shared.threads));
+        let threads = std::mem::take(&mut *lock_std(&self.shared().threads));
         for thread in threads {
             let _ = thread.join();
         }
@@ -395,7 +358,7 @@ impl Drop for Scheduler {
 impl std::fmt::Debug for Scheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scheduler")
-            .field("name", &self.shared.config.name)
+            .field("name", &self.shared().config.name)
             .field("manual", &self.is_manual())
             .field("workers", &self.workers())
             .field("priority", &self.priority())

@@ -12,7 +12,7 @@
 //!   flusher and *down to its own configured priority* by itself.
 //! - **Bounded by the right.** With `RLIMIT_NICE` the worker is raised as far as the limit
 //!   allows, never past the flusher's own nice. A flusher under `SCHED_IDLE` lends nothing.
-//! - **Exactly the run it waits for.** Each worker has a [`RunSlot`] naming the cell it
+//! - **Exactly the run it waits for.** Each worker has a [`RunSlot`] naming the work it
 //!   runs. Slots are set when a worker takes a run and cleared when the run completes,
 //!   both under the core lock, as is the raise itself; so a raise always lands on the
 //!   thread that runs the awaited instance, and the restore that follows is that run's.
@@ -30,15 +30,15 @@ pub(crate) struct RunSlot {
     base_nice: i32,
     /// Whether the worker's own policy is `SCHED_IDLE`.
     base_idle: bool,
-    /// Address of the running cell, 0 while idle.
+    /// Address of the running work, 0 while idle.
     running: usize,
     /// The nice this run was raised to, if a flusher raised it.
     lent: Option<i32>,
 }
 
-/// How flushes of works met by a waiter went, from [`Scheduler::lending_stats`].
+/// How flushes of works met by a waiter went, in [`Scheduler::metrics`].
 ///
-/// [`Scheduler::lending_stats`]: crate::Scheduler::lending_stats
+/// [`Scheduler::metrics`]: crate::Scheduler::metrics
 ///
 /// # Examples
 ///
@@ -50,7 +50,7 @@ pub(crate) struct RunSlot {
 /// let work = sched.work(|_| Next::Park);
 /// work.schedule(Duration::from_secs(1));
 /// assert!(work.flush()); // pending, not started: runs on this thread
-/// assert_eq!(sched.lending_stats().helped, 1);
+/// assert_eq!(sched.metrics().lending.helped, 1);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

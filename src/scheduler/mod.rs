@@ -48,14 +48,15 @@
 
 pub(crate) mod backoff;
 pub(crate) mod builder;
-mod cell;
 mod chunked;
 pub(crate) mod core;
 mod ctx;
 pub(crate) mod frames;
 mod global;
-mod handle;
+pub(crate) mod handle;
+pub(crate) mod inner;
 pub(crate) mod lending;
+mod metrics;
 mod ops;
 pub(crate) mod run;
 pub(crate) mod state;
@@ -65,11 +66,12 @@ mod work;
 pub(crate) mod worker;
 
 pub use builder::{Builder, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
-pub(crate) use cell::{Header, RunCell};
 pub use ctx::{Ctx, Next};
 pub use global::global;
 pub use handle::Scheduler;
+pub(crate) use inner::{Callback, Header, WorkInner, WorkRef};
 pub use lending::LendingStats;
-pub(crate) use stats::StatsCell;
+pub use metrics::Metrics;
+pub(crate) use stats::StatsCounters;
 pub use stats::WorkStats;
 pub use work::Work;

@@ -6,13 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{load, store, Cell, Core, Shared};
+use super::core::{load, store, Core, Shared};
+use super::handle::Handle;
 use super::run::{Executed, Taken};
 use super::state::{
     State, CANCEL_WAITING, FIXED_PERIOD, ORPHANED, PENDING, REARM_REFUSED, RUNNING, STOPPED,
     YIELDED,
 };
-use super::{frames, waits, Scheduler};
+use super::WorkRef;
+use super::{frames, waits};
 use crate::clock::nanos;
 use crate::sync::{load_ordered_after_seqcst_writes, wait, MutexGuard, Ordering};
 
@@ -25,83 +27,83 @@ pub(super) enum Release {
 }
 
 impl Shared {
-    pub(crate) fn schedule(&self, cell: &Cell, delay: Duration) -> bool {
-        if load(cell.header()).has(PENDING) {
+    pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
+        if load(work.header()).has(PENDING) {
             return false;
         }
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         if core.shutdown || state.has(PENDING) || state.refuses_arm() {
             return false;
         }
-        self.set_period(cell, state, delay);
+        self.set_period(work, state, delay);
         state.clear(STOPPED);
-        self.arm_after(&mut core, cell, &mut state, nanos(delay));
-        store(cell.header(), state);
+        self.arm_after(&mut core, work, &mut state, nanos(delay));
+        store(work.header(), state);
         true
     }
 
-    pub(crate) fn reschedule(&self, cell: &Cell, delay: Duration) -> bool {
+    pub(crate) fn reschedule(&self, work: &WorkRef, delay: Duration) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         if core.shutdown || state.refuses_arm() {
             return false;
         }
         let was_pending = self.disarm(&mut core, &mut state);
-        self.set_period(cell, state, delay);
+        self.set_period(work, state, delay);
         state.clear(STOPPED);
-        self.arm_after(&mut core, cell, &mut state, nanos(delay));
-        store(cell.header(), state);
+        self.arm_after(&mut core, work, &mut state, nanos(delay));
+        store(work.header(), state);
         was_pending
     }
 
-    fn set_period(&self, cell: &Cell, state: State, delay: Duration) {
+    fn set_period(&self, work: &WorkRef, state: State, delay: Duration) {
         if !state.has(FIXED_PERIOD) {
-            cell.header()
+            work.header()
                 .period_ns
                 .store(nanos(delay), Ordering::Relaxed);
         }
     }
 
     #[inline]
-    pub(crate) fn touch(&self, cell: &Cell) {
+    pub(crate) fn touch(&self, work: &WorkRef) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
-        if load_ordered_after_seqcst_writes(&cell.header().state) & PENDING != 0 {
+        if load_ordered_after_seqcst_writes(&work.header().state) & PENDING != 0 {
             return;
         }
-        self.touch_slow(cell);
+        self.touch_slow(work);
     }
 
     #[cold]
-    fn touch_slow(&self, cell: &Cell) {
+    fn touch_slow(&self, work: &WorkRef) {
         let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         if core.shutdown || state.has(PENDING | STOPPED) || state.refuses_arm() {
             return;
         }
-        let period = cell.header().period_ns.load(Ordering::Relaxed);
-        self.arm_after(&mut core, cell, &mut state, period.max(self.slack_ns()));
-        store(cell.header(), state);
+        let period = work.header().period_ns.load(Ordering::Relaxed);
+        self.arm_after(&mut core, work, &mut state, period.max(self.slack_ns()));
+        store(work.header(), state);
     }
 
-    pub(crate) fn cancel(&self, cell: &Cell) -> bool {
+    pub(crate) fn cancel(&self, work: &WorkRef) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         let was_pending = self.disarm(&mut core, &mut state);
-        store(cell.header(), state);
+        store(work.header(), state);
         was_pending
     }
 
-    pub(crate) fn cancel_sync(&self, cell: &Cell) -> bool {
-        self.cancel_and_wait(cell, Release::Keep)
+    pub(crate) fn cancel_sync(&self, work: &WorkRef) -> bool {
+        self.cancel_and_wait(work, Release::Keep)
     }
 
     /// `cancel_sync`, and for a dropped handle the hand-over of the closure. Disarms,
@@ -110,20 +112,20 @@ impl Shared {
     /// dropping its own work) or the wait would close a cycle of waiting callbacks. Then
     /// the run's own re-arm is refused instead and, for a dropped handle, the runner frees
     /// the closure after the callback returned.
-    fn cancel_and_wait(&self, cell: &Cell, release: Release) -> bool {
+    fn cancel_and_wait(&self, work: &WorkRef, release: Release) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         let was_pending = self.disarm(&mut core, &mut state);
         if !state.has(RUNNING) {
-            store(cell.header(), state);
+            store(work.header(), state);
             return was_pending;
         }
-        let waiting = if frames::is_running_here(cell) {
+        let waiting = if frames::is_running_here(work) {
             None
         } else {
-            waits::begin_wait(cell).ok()
+            waits::begin_wait(work).ok()
         };
         let Some(waiting) = waiting else {
             // Waiting would wait for ourselves: refuse the run's own re-arm instead.
@@ -131,24 +133,24 @@ impl Shared {
             if release == Release::Drop {
                 state.set(ORPHANED);
             }
-            store(cell.header(), state);
+            store(work.header(), state);
             return was_pending;
         };
         // "disable, flush, enable", as the kernel's cancel_delayed_work_sync, with a
         // refusal of its own that `enable()` cannot lift.
         state.set(CANCEL_WAITING);
-        store(cell.header(), state);
-        let address = frames::address(cell);
+        store(work.header(), state);
+        let address = frames::address(work);
         *core.cancel_waiters.entry(address).or_insert(0) += 1;
-        core = self.wait_until_idle(core, cell);
+        core = self.wait_until_idle(core, work);
         drop(waiting);
         if let Some(waiters) = core.cancel_waiters.get_mut(&address) {
             *waiters -= 1;
             if *waiters == 0 {
                 core.cancel_waiters.remove(&address);
-                let mut state = load(cell.header());
+                let mut state = load(work.header());
                 state.clear(CANCEL_WAITING);
-                store(cell.header(), state);
+                store(work.header(), state);
             }
         }
         drop(core);
@@ -158,24 +160,24 @@ impl Shared {
     fn wait_until_idle<'a>(
         &'a self,
         mut core: MutexGuard<'a, Core>,
-        cell: &Cell,
+        work: &WorkRef,
     ) -> MutexGuard<'a, Core> {
         core.run_waiters += 1;
-        while load(cell.header()).has(RUNNING) {
+        while load(work.header()).has(RUNNING) {
             core = wait(&self.run_done, core);
         }
         core.run_waiters -= 1;
         core
     }
 
-    pub(crate) fn flush(self: &Arc<Self>, cell: &Cell) -> bool {
-        if frames::is_running_here(cell) {
+    pub(crate) fn flush(self: &Arc<Self>, work: &WorkRef) -> bool {
+        if frames::is_running_here(work) {
             return false;
         }
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let state = load(cell.header());
+        let state = load(work.header());
         if !state.has(PENDING | RUNNING) {
             return false;
         }
@@ -185,20 +187,20 @@ impl Shared {
         let mut ran_here = false;
         let mut flusher = None;
         loop {
-            let mut state = load(cell.header());
+            let mut state = load(work.header());
             if state.has(RUNNING) {
-                let Ok(waiting) = waits::begin_wait(cell) else {
+                let Ok(waiting) = waits::begin_wait(work) else {
                     // Waiting would close a wait cycle: as inside the own callback.
                     return ran_here;
                 };
                 // Lend this thread's priority to the worker running it, where allowed.
-                core.lending.lend(frames::address(cell), || {
+                core.lending.lend(frames::address(work), || {
                     *flusher.get_or_insert_with(|| {
                         let nice = crate::priority::current_nice().unwrap_or(0);
                         (nice, crate::priority::current_is_idle())
                     })
                 });
-                core = self.wait_until_idle(core, cell);
+                core = self.wait_until_idle(core, work);
                 drop(waiting);
                 continue;
             }
@@ -212,15 +214,15 @@ impl Shared {
             let taken = core.timers.remove(key).to_cell();
             state.clear_pending();
             state.set(RUNNING);
-            store(cell.header(), state);
+            store(work.header(), state);
             core.lending.stats.helped += 1;
             let now = self.now_ns(&core);
             drop(core);
-            let scheduler = Scheduler::uncounted(self.clone());
+            let handle = Handle::new(self.clone());
             let executed = self.execute(
-                &scheduler,
+                handle.as_scheduler(),
                 Taken {
-                    cell: taken,
+                    work: taken,
                     deadline_ns,
                     worker_slot: None,
                 },
@@ -234,50 +236,50 @@ impl Shared {
         }
     }
 
-    pub(crate) fn disable(&self, cell: &Cell) -> bool {
+    pub(crate) fn disable(&self, work: &WorkRef) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         let was_pending = self.disarm(&mut core, &mut state);
         if !state.disable() {
-            tracing::warn!(work = cell.name(), "disable() nesting saturated");
+            tracing::warn!(work = work.name(), "disable() nesting saturated");
         }
-        store(cell.header(), state);
+        store(work.header(), state);
         was_pending
     }
 
-    pub(crate) fn enable(&self, cell: &Cell) {
+    pub(crate) fn enable(&self, work: &WorkRef) {
         let Some(_core) = self.lock_unless_forked() else {
             return;
         };
-        let mut state = load(cell.header());
+        let mut state = load(work.header());
         if state.enable() {
-            store(cell.header(), state);
+            store(work.header(), state);
         }
     }
 
     /// The owning handle is being dropped.
-    pub(crate) fn release(&self, cell: &Cell) {
+    pub(crate) fn release(&self, work: &WorkRef) {
         if self.is_forked_copy() {
             // The closure may be running in the parent's copy of a worker that does
             // not exist here: keep it (leaked) rather than free it under that run.
-            std::mem::forget(cell.clone());
+            std::mem::forget(work.clone());
             return;
         }
-        self.cancel_and_wait(cell, Release::Drop);
+        self.cancel_and_wait(work, Release::Drop);
     }
 
     /// Arms a new work (`every`) for its first run.
-    pub(crate) fn arm_new(&self, cell: &Cell, delay: Duration) {
+    pub(crate) fn arm_new(&self, work: &WorkRef, delay: Duration) {
         let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
         if core.shutdown {
             return;
         }
-        let mut state = load(cell.header());
-        self.arm_after(&mut core, cell, &mut state, nanos(delay));
-        store(cell.header(), state);
+        let mut state = load(work.header());
+        self.arm_after(&mut core, work, &mut state, nanos(delay));
+        store(work.header(), state);
     }
 }

@@ -8,15 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::core::{load, store, Cell, Core, Shared};
+use super::core::{load, store, Core, Shared};
 use super::state::{State, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, STOPPED, YIELDED};
+use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
 use crate::clock::nanos;
 use crate::sync::{fence, Ordering};
 
 /// A run that was taken off the ready list and must now be executed.
 pub(crate) struct Taken {
-    pub(crate) cell: Cell,
+    pub(crate) work: WorkRef,
     pub(crate) deadline_ns: u64,
     /// The worker's lending slot, when a worker runs it.
     pub(crate) worker_slot: Option<usize>,
@@ -44,12 +45,12 @@ impl Shared {
                 continue;
             }
             let deadline_ns = core.timers.deadline_ns(key);
-            let cell = core.timers.remove(key).to_cell();
+            let work = core.timers.remove(key).to_cell();
             state.clear_pending();
             state.set(RUNNING);
-            store(cell.header(), state);
+            store(work.header(), state);
             return Some(Taken {
-                cell,
+                work,
                 deadline_ns,
                 worker_slot: None,
             });
@@ -69,27 +70,27 @@ impl Shared {
         // Pairs with touch()'s SeqCst load; see the module docs.
         fence(Ordering::SeqCst);
         let Taken {
-            cell,
+            work,
             deadline_ns,
             worker_slot,
         } = taken;
         let outcome = {
-            let name = cell.name();
+            let name = work.name();
             let span = tracing::info_span!("nicework.run", work = name);
             let _entered = span.enter();
-            let header = cell.header();
+            let header = work.header();
             let mut cx = Ctx {
                 scheduler,
-                cell: &*cell,
+                work: &*work,
                 deadline_ns,
                 started_ns,
                 runs: header.stats.runs() + 1,
             };
-            let _frame = frames::enter(&cell);
+            let _frame = frames::enter(&work);
             let clock = Instant::now();
             // SAFETY: we set RUNNING when this run was taken, and only `complete` below
             // clears it.
-            let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { cell.call(&mut cx) }));
+            let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { work.call(&mut cx) }));
             let busy = clock.elapsed();
             let lateness = started_ns.saturating_sub(deadline_ns);
             header.stats.record(
@@ -115,20 +116,20 @@ impl Shared {
             // `fork()` inside the callback, and this is the child: the lock may be held by
             // a thread that does not exist here, and the timer belongs to the parent.
             // Leave without completing; the caller stops too (see `fork`).
-            std::mem::forget(cell);
+            std::mem::forget(work);
             return Executed::InForkedChild;
         }
         let yield_delay_ns = match (outcome, backoff) {
             (Some(Next::Yield), Some(backoff)) => backoff.after_yield(),
             _ => 0,
         };
-        self.complete(cell, outcome, worker_slot, yield_delay_ns);
+        self.complete(work, outcome, worker_slot, yield_delay_ns);
         Executed::Completed
     }
 
     fn complete(
         &self,
-        cell: Cell,
+        work: WorkRef,
         next: Option<Next>,
         worker_slot: Option<usize>,
         yield_delay_ns: u64,
@@ -139,7 +140,7 @@ impl Shared {
             // is back at its own priority, and no flusher can raise it in between.
             restore.apply();
         }
-        let header = cell.header();
+        let header = work.header();
         let mut state = load(header);
         state.clear(RUNNING);
         match next {
@@ -148,7 +149,7 @@ impl Shared {
                 self.disarm(&mut core, &mut state);
             }
             Some(next) if !state.refuses_arm() && !core.shutdown => {
-                self.apply_next(&mut core, &cell, &mut state, next, yield_delay_ns);
+                self.apply_next(&mut core, &work, &mut state, next, yield_delay_ns);
             }
             Some(_) => {}
         }
@@ -171,10 +172,10 @@ impl Shared {
             // The handle is gone: ours is the last reference, and the closure's destructor
             // is user code, so it runs after the lock is released.
             drop(core);
-            drop_contained(cell);
+            drop_contained(work);
         } else {
             // Not the last reference (the handle is alive), so nothing user-visible runs.
-            drop(cell);
+            drop(work);
             drop(core);
         }
     }
@@ -182,7 +183,7 @@ impl Shared {
     fn apply_next(
         &self,
         core: &mut Core,
-        cell: &Cell,
+        work: &WorkRef,
         state: &mut State,
         next: Next,
         yield_delay_ns: u64,
@@ -196,14 +197,14 @@ impl Shared {
             }
             Next::Again | Next::After(_) if state.has(PENDING) => {}
             Next::Again => {
-                let period = cell.header().period_ns.load(Ordering::Relaxed);
-                self.arm_after(core, cell, state, period.max(slack));
+                let period = work.header().period_ns.load(Ordering::Relaxed);
+                self.arm_after(core, work, state, period.max(slack));
             }
-            Next::After(delay) => self.arm_after(core, cell, state, nanos(delay).max(slack)),
+            Next::After(delay) => self.arm_after(core, work, state, nanos(delay).max(slack)),
             Next::Yield => {
                 self.disarm(core, state);
                 let now = self.now_ns(core);
-                self.arm(core, cell, state, now.saturating_add(yield_delay_ns), now);
+                self.arm(core, work, state, now.saturating_add(yield_delay_ns), now);
                 state.set(YIELDED);
             }
         }
@@ -252,8 +253,8 @@ pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
 
 /// Drops the last reference to a work, whose closure's destructor is user code: a panic
 /// there is reported and contained, never propagated into nicework or the caller.
-pub(crate) fn drop_contained(cell: Cell) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(cell))) {
+pub(crate) fn drop_contained(work: WorkRef) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(work))) {
         tracing::error!(
             panic = panic_message(payload.as_ref()),
             "a work's closure panicked while being dropped"

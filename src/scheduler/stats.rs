@@ -60,7 +60,7 @@ impl WorkStats {
 }
 
 #[derive(Debug)]
-pub(crate) struct StatsCell {
+pub(crate) struct StatsCounters {
     runs: AtomicU64,
     parks: AtomicU64,
     busy_total_ns: AtomicU64,
@@ -70,9 +70,9 @@ pub(crate) struct StatsCell {
     last_run_ns: AtomicU64,
 }
 
-impl StatsCell {
+impl StatsCounters {
     pub(crate) fn new() -> Self {
-        StatsCell {
+        StatsCounters {
             runs: AtomicU64::new(0),
             parks: AtomicU64::new(0),
             busy_total_ns: AtomicU64::new(0),

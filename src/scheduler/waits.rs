@@ -28,7 +28,7 @@
 //! taken and no user code runs while it is held.
 
 use super::frames;
-use crate::scheduler::core::Cell;
+use super::WorkRef;
 use crate::sync::{lock, Mutex};
 
 /// One blocked thread: the works on its frame stack wait for `target`.
@@ -102,7 +102,7 @@ pub(crate) struct WaitCycle;
 /// reports that this wait would close a cycle (and logs a warning naming both works).
 /// `target` must not be running on this thread (the caller checked
 /// [`frames::is_running_here`]).
-pub(crate) fn begin_wait(target: &Cell) -> Result<Waiting, WaitCycle> {
+pub(crate) fn begin_wait(target: &WorkRef) -> Result<Waiting, WaitCycle> {
     let holds = frames::running_here();
     if holds.is_empty() {
         return Ok(Waiting { serial: None });

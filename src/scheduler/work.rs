@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use super::{Ctx, Header, Next, WorkStats};
 
-use super::cell::WorkCell;
-use super::core::{Cell, Shared};
+use super::core::Shared;
+use super::inner::{WorkInner, WorkRef};
 use super::run::drop_contained;
 use super::state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 use crate::sync::Ordering;
@@ -62,7 +62,7 @@ use crate::Scheduler;
 pub struct Work {
     /// Dropped by hand in `Drop`, after the cancel, so that a panicking closure destructor
     /// is contained.
-    cell: ManuallyDrop<Cell>,
+    inner: ManuallyDrop<WorkRef>,
     shared: Arc<Shared>,
 }
 
@@ -72,19 +72,19 @@ impl Work {
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
         let flags = if fixed { FIXED_PERIOD } else { 0 };
-        let cell: Cell = Arc::new(WorkCell::new(Header::new(flags, period_ns), f));
+        let work: WorkRef = Arc::new(WorkInner::new(Header::new(flags, period_ns), f));
         Work {
-            cell: ManuallyDrop::new(cell),
+            inner: ManuallyDrop::new(work),
             shared: scheduler.shared().clone(),
         }
     }
 
-    pub(crate) fn cell(&self) -> &Cell {
-        &self.cell
+    pub(crate) fn inner(&self) -> &WorkRef {
+        &self.inner
     }
 
     fn state(&self) -> State {
-        State(self.cell.header().state.load(Ordering::Acquire))
+        State(self.inner.header().state.load(Ordering::Acquire))
     }
 
     /// Arms the work for `now + delay` unless it is already pending (the kernel's
@@ -110,7 +110,7 @@ impl Work {
     /// assert_eq!(sched.advance(Duration::ZERO), 1);
     /// ```
     pub fn schedule(&self, delay: Duration) -> bool {
-        self.shared.schedule(&self.cell, delay)
+        self.shared.schedule(&self.inner, delay)
     }
 
     /// Arms the work for exactly `now + delay`, moving a pending deadline (the kernel's
@@ -130,7 +130,7 @@ impl Work {
     /// assert_eq!(sched.advance(Duration::from_millis(1)), 1);
     /// ```
     pub fn reschedule(&self, delay: Duration) -> bool {
-        self.shared.reschedule(&self.cell, delay)
+        self.shared.reschedule(&self.inner, delay)
     }
 
     /// Activity hint: a parked work is armed for its period (at least the slack). On an
@@ -158,7 +158,7 @@ impl Work {
     /// ```
     #[inline]
     pub fn touch(&self) {
-        self.shared.touch(&self.cell)
+        self.shared.touch(&self.inner)
     }
 
     /// Disarms the work without waiting for a running instance (the kernel's
@@ -178,7 +178,7 @@ impl Work {
     /// assert_eq!(sched.advance(Duration::from_secs(1)), 0);
     /// ```
     pub fn cancel(&self) -> bool {
-        self.shared.cancel(&self.cell)
+        self.shared.cancel(&self.inner)
     }
 
     /// Disarms the work, refuses every re-arm (including the running callback's own
@@ -205,7 +205,7 @@ impl Work {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn cancel_sync(&self) -> bool {
-        self.shared.cancel_sync(&self.cell)
+        self.shared.cancel_sync(&self.inner)
     }
 
     /// Makes the work's current instance finish now, lending the caller's priority to it
@@ -223,7 +223,7 @@ impl Work {
     ///   runs the remaining increments itself, so a long cleanup never crawls at nice 19
     ///   while someone waits for it.
     ///
-    /// [`Scheduler::lending_stats`] counts which of these happened.
+    /// [`Scheduler::metrics`] counts which of these happened (`lending`).
     ///
     /// Called from inside the work's own callback it returns `false` and changes nothing;
     /// so does a flush whose wait would close a cycle of callbacks waiting for each other
@@ -244,7 +244,7 @@ impl Work {
     /// assert!(!work.flush()); // parked: nothing to flush
     /// ```
     pub fn flush(&self) -> bool {
-        self.shared.flush(&self.cell)
+        self.shared.flush(&self.inner)
     }
 
     /// Adds one level of disabling (the kernel's `disable_work`): while any is held nothing
@@ -265,14 +265,14 @@ impl Work {
     /// assert!(work.schedule(Duration::ZERO));
     /// ```
     pub fn disable(&self) -> bool {
-        self.shared.disable(&self.cell)
+        self.shared.disable(&self.inner)
     }
 
     /// Removes one level of disabling. Without a matching [`disable`](Self::disable) it
     /// does nothing: in particular it never lifts the re-arm refusal of a `cancel_sync`
     /// or drop waiting for a run. It does not re-arm the work.
     pub fn enable(&self) {
-        self.shared.enable(&self.cell)
+        self.shared.enable(&self.inner)
     }
 
     /// Whether the work is armed (waiting for its deadline or due).
@@ -297,12 +297,12 @@ impl Work {
 
     /// The period used by [`Next::Again`] and [`touch`](Self::touch).
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.cell.header().period_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.inner.header().period_ns.load(Ordering::Relaxed))
     }
 
     /// A snapshot of its statistics.
     pub fn stats(&self) -> WorkStats {
-        self.cell
+        self.inner
             .header()
             .stats
             .snapshot(|ns| self.shared.instant_at(ns))
@@ -322,24 +322,24 @@ impl Work {
     /// assert_eq!(work.name(), "shard-7 purge");
     /// ```
     pub fn named(self, name: impl Into<String>) -> Work {
-        self.cell.header().set_name(name.into().into_boxed_str());
+        self.inner.header().set_name(name.into().into_boxed_str());
         self
     }
 
     /// The work's name: its [`named`](Self::named) name, or the closure's type name.
     pub fn name(&self) -> &str {
-        self.cell.name()
+        self.inner.name()
     }
 }
 
 impl Drop for Work {
     fn drop(&mut self) {
-        self.shared.release(&self.cell);
-        // SAFETY: `self.cell` is not used again: this is the handle's destructor.
-        let cell = unsafe { ManuallyDrop::take(&mut self.cell) };
+        self.shared.release(&self.inner);
+        // SAFETY: `self.inner` is not used again: this is the handle's destructor.
+        let work = unsafe { ManuallyDrop::take(&mut self.inner) };
         // Usually the last reference: the closure's destructor (user code) runs here, and
         // a panic in it must not escape into the caller's `drop`.
-        drop_contained(cell);
+        drop_contained(work);
     }
 }
 

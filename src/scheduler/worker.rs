@@ -20,10 +20,11 @@ use std::sync::Arc;
 
 use super::backoff::Backoff;
 use super::core::Shared;
+use super::handle::Handle;
 use super::run::Executed;
 use crate::clock::timerfd::TimerReader;
 use crate::sync::{thread_local, wait};
-use crate::{Error, Scheduler};
+use crate::Error;
 
 thread_local! {
     /// The scheduler this thread is a worker of, so shutdown never joins itself.
@@ -53,7 +54,8 @@ pub(crate) fn main(
     let _ = started.send(Ok(crate::priority::current_tid()));
     drop(started);
 
-    let scheduler = Scheduler::uncounted(shared.clone());
+    let handle = Handle::new(shared.clone());
+    let scheduler = handle.as_scheduler();
     let mut core = shared.lock();
     loop {
         if core.shutdown {
@@ -64,7 +66,7 @@ pub(crate) fn main(
         if let Some(mut taken) = shared.take_ready(&mut core) {
             taken.worker_slot = Some(slot);
             core.lending
-                .start(slot, crate::scheduler::frames::address(&taken.cell));
+                .start(slot, crate::scheduler::frames::address(&taken.work));
             // Hand on what this worker leaves behind: more due works go to an idle
             // follower (or wake the poller), and someone must keep watching the timerfd.
             if core.timers.has_ready() {
@@ -77,7 +79,7 @@ pub(crate) fn main(
                 shared.idle.notify_one();
             }
             drop(core);
-            if shared.execute(&scheduler, taken, now, Some(&mut backoff)) == Executed::InForkedChild
+            if shared.execute(scheduler, taken, now, Some(&mut backoff)) == Executed::InForkedChild
             {
                 // `fork()` inside the callback and this is the child's only thread: it
                 // runs nothing more, never reads the parent's timerfd and takes no lock

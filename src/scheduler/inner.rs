@@ -1,10 +1,13 @@
 //! The heap half of a work: its header (state, period, name, statistics) and its closure.
 //!
-//! One `Arc<WorkCell<F>>` is allocated per work and shared, as `Arc<dyn RunCell>`, by the
-//! owning [`Work`](crate::Work) handle, the timer entry while armed, and the thread running
-//! it. The closure sits inline behind an `UnsafeCell`: only the thread that set `RUNNING`
-//! in the state word (under the core lock) may call it, which is what makes the
-//! `unsafe impl Sync` below sound.
+//! One `Arc<WorkInner<Closure<F>>>` is allocated per work and shared, unsized to a
+//! [`WorkRef`] (`Arc<WorkInner<dyn Callback>>`), by the owning [`Work`](crate::Work)
+//! handle, the timer entry while armed, and the thread running it. The header is a plain
+//! field in front of the unsized closure, so every path reaches it without a virtual call
+//! and without `unsafe`; only calling the closure goes through the vtable. The closure
+//! sits behind an `UnsafeCell`: only the thread that set `RUNNING` in the state word
+//! (under the core lock) may call it, which is what makes the `unsafe impl Sync` on
+//! [`Closure`] sound.
 //!
 //! # Size
 //!
@@ -14,8 +17,9 @@
 //! read from the vtable. A custom name is one extra allocation.
 
 use std::ptr;
+use std::sync::Arc;
 
-use super::{Ctx, Next, StatsCell};
+use super::{Ctx, Next, StatsCounters};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell};
 
 /// A custom name. Renaming pushes a node and keeps the old ones until the work is freed,
@@ -28,11 +32,17 @@ struct NameNode {
 
 /// The part of a work that every thread may read.
 #[derive(Debug)]
+/// Tags: `A:` atomic, with its writers named.
 pub(crate) struct Header {
+    /// A: the state word (see `state`); written only under the core lock, read anywhere.
     pub(crate) state: AtomicU64,
+    /// A: the period for `Again` and `touch`; written by `schedule`/`reschedule` under the
+    /// core lock, read anywhere.
     pub(crate) period_ns: AtomicU64,
+    /// A: the custom name chain; pushed by `Work::named` with a compare-exchange.
     name: AtomicPtr<NameNode>,
-    pub(crate) stats: StatsCell,
+    /// A: run statistics; written by the running thread only (see `stats`).
+    pub(crate) stats: StatsCounters,
 }
 
 impl Header {
@@ -41,7 +51,7 @@ impl Header {
             state: AtomicU64::new(state),
             period_ns: AtomicU64::new(period_ns),
             name: AtomicPtr::new(ptr::null_mut()),
-            stats: StatsCell::new(),
+            stats: StatsCounters::new(),
         }
     }
 
@@ -81,9 +91,8 @@ impl Drop for Header {
     }
 }
 
-/// A work as the scheduler sees it. The only implementation is [`WorkCell`], so every
-/// `dyn RunCell` starts with its [`Header`] (see `header` below).
-pub(crate) trait RunCell: Send + Sync + 'static {
+/// A work's closure as the scheduler sees it: the only implementation is [`Closure`].
+pub(crate) trait Callback: Send + Sync + 'static {
     /// The closure's type name, the default work name.
     fn type_name(&self) -> &'static str;
 
@@ -96,54 +105,74 @@ pub(crate) trait RunCell: Send + Sync + 'static {
     unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next;
 }
 
-impl std::fmt::Debug for dyn RunCell {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunCell")
-            .field("name", &self.name())
-            .finish()
-    }
+/// A counted reference to a work, as the scheduler's paths share it.
+pub(crate) type WorkRef = Arc<WorkInner<dyn Callback>>;
+
+/// A work's allocation: the header every thread may read, then the closure. Generic over
+/// the closure so that it can be unsized to `WorkInner<dyn Callback>`.
+pub(crate) struct WorkInner<C: ?Sized> {
+    pub(crate) header: Header,
+    callback: C,
 }
 
-impl dyn RunCell {
-    /// The header, without a virtual call: `touch()` and every arm go through here.
-    #[inline]
-    pub(crate) fn header(&self) -> &Header {
-        // SAFETY: the only implementor of the crate-private `RunCell` is `WorkCell<F>`,
-        // which is `repr(C)` with `header` as its first field, so the data pointer of any
-        // `dyn RunCell` points at a valid `Header` living as long as `self`.
-        unsafe { &*(self as *const dyn RunCell as *const Header) }
-    }
-
-    /// The work's name: its custom name or its closure's type name.
-    pub(crate) fn name(&self) -> &str {
-        self.header()
-            .custom_name()
-            .unwrap_or_else(|| self.type_name())
-    }
-}
-
-/// `repr(C)`, header first: see [`RunCell::header`](trait.RunCell.html).
-#[repr(C)]
-pub(crate) struct WorkCell<F> {
-    header: Header,
-    func: UnsafeCell<F>,
-}
-
-impl<F> WorkCell<F> {
+impl<F> WorkInner<Closure<F>>
+where
+    F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
+{
     pub(crate) fn new(header: Header, func: F) -> Self {
-        WorkCell {
+        WorkInner {
             header,
-            func: UnsafeCell::new(func),
+            callback: Closure {
+                func: UnsafeCell::new(func),
+            },
         }
     }
 }
 
-// SAFETY: the closure is only reached through `call`, whose contract (the RUNNING bit,
-// set and cleared under the core lock) gives one thread exclusive access at a time; the
-// header is Sync on its own.
-unsafe impl<F: Send> Sync for WorkCell<F> {}
+impl WorkInner<dyn Callback> {
+    /// The header: a plain field, reached without a virtual call.
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
+    }
 
-impl<F> RunCell for WorkCell<F>
+    /// The work's name: its custom name or its closure's type name.
+    pub(crate) fn name(&self) -> &str {
+        self.header
+            .custom_name()
+            .unwrap_or_else(|| self.callback.type_name())
+    }
+
+    /// Calls the closure.
+    ///
+    /// # Safety
+    ///
+    /// As [`Callback::call`]: the caller set `RUNNING`, and it is still set.
+    pub(crate) unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.callback.call(cx) }
+    }
+}
+
+impl std::fmt::Debug for WorkInner<dyn Callback> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkInner")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A work's closure behind the cell that only the running thread may enter.
+pub(crate) struct Closure<F> {
+    func: UnsafeCell<F>,
+}
+
+// SAFETY: the closure is only reached through `call`, whose contract (the RUNNING bit,
+// set and cleared under the core lock) gives one thread exclusive access at a time;
+// `type_name` does not touch it.
+unsafe impl<F: Send> Sync for Closure<F> {}
+
+impl<F> Callback for Closure<F>
 where
     F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
 {

@@ -1,0 +1,71 @@
+//! [`Metrics`]: one snapshot of a scheduler's diagnostics.
+//!
+//! Everything is read under the core lock at one moment, except the wakeup count, which
+//! comes from `/proc` right after (a kernel counter the lock does not cover).
+
+use super::core::Shared;
+use super::lending::LendingStats;
+use crate::sync::lock_std;
+
+/// A snapshot of a scheduler's diagnostics, from [`Scheduler::metrics`].
+///
+/// It may grow fields in later versions (`#[non_exhaustive]`).
+///
+/// [`Scheduler::metrics`]: crate::Scheduler::metrics
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Works armed now (in the timer structure or due).
+    pub armed: usize,
+    /// How many times the worker threads went to sleep and woke up so far: the sum of
+    /// their `voluntary_ctxt_switches` in `/proc/self/task/TID/status` (0 for a manual
+    /// scheduler). With every work parked it stays flat.
+    pub worker_wakeups: u64,
+    /// `Yield` increments the workers deferred because more threads were runnable than
+    /// there are CPUs (see [`Builder::back_off`](crate::Builder::back_off)).
+    pub deferred_yields: u64,
+    /// How flushes lent their priority: runs they executed themselves, runs in progress
+    /// they raised, runs they only waited for.
+    pub lending: LendingStats,
+    /// The kernel thread ids of the worker threads (empty for a manual scheduler), for
+    /// reading their `/proc/self/task/TID/` files.
+    pub worker_tids: Vec<i32>,
+}
+
+impl Metrics {
+    /// Reads the snapshot. In a `fork()`ed child (where the lock may be held by a thread
+    /// that is gone) it is all zeros.
+    pub(super) fn read(shared: &Shared) -> Metrics {
+        let Some(core) = shared.lock_unless_forked() else {
+            return Metrics::default();
+        };
+        let mut metrics = Metrics {
+            armed: core.timers.len(),
+            worker_wakeups: 0,
+            deferred_yields: core.deferred_yields,
+            lending: core.lending.stats,
+            worker_tids: Vec::new(),
+        };
+        drop(core);
+        metrics.worker_tids = lock_std(&shared.worker_tids).clone();
+        metrics.worker_wakeups = metrics
+            .worker_tids
+            .iter()
+            .map(|&tid| voluntary_switches(tid))
+            .sum();
+        metrics
+    }
+}
+
+/// A thread's `voluntary_ctxt_switches`, or 0 once it has exited.
+fn voluntary_switches(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|count| count.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
