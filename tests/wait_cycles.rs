@@ -143,7 +143,12 @@ fn ring(scheds: &[&Scheduler], n: usize, action: Action, tag: &str) -> Ring {
                 };
                 returned.lock().unwrap()[i] = result;
                 finished.fetch_add(1, Ordering::SeqCst);
-                Next::Again
+                match action {
+                    // One run each: a second run would wait at the barrier for ever.
+                    Action::Flush => Next::Park,
+                    // The cancel or drop refuses this re-arm (checked by the tests).
+                    Action::CancelSync | Action::Drop => Next::Again,
+                }
             })
             .named(format!("{tag}-{i}"));
         made.push(work);

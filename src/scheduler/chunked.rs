@@ -33,7 +33,11 @@
 //! - **Borrowing:** the closure may borrow from the caller's stack, as with
 //!   `std::thread::scope`. The helpers reach the job through a lifetime-erased pointer,
 //!   which is sound because `run_chunked` neither returns nor unwinds before every helper
-//!   `Work` was flushed and dropped, and a dropped work's closure is gone (semantic 4).
+//!   `Work` was flushed and dropped, and a dropped work's closure is gone. That last wait
+//!   is unconditional: helpers run their chunks on behalf of the caller's callbacks
+//!   (`frames::enter_on_behalf`), so a helper that waits for the caller's work does not
+//!   wait (as inside the own callback), and the caller's wait for a helper never closes
+//!   a wait cycle.
 //! - **No deadlock from a worker:** called from inside a work on the same scheduler, the
 //!   caller is one of the workers. Helpers that no free worker picks up are flushed, that
 //!   is run on the caller, once its own claims run dry; so the job finishes even with
@@ -48,6 +52,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::scheduler::backoff::Backoff;
+use crate::scheduler::frames;
 use crate::sync::lock_std;
 use crate::{Next, Scheduler, Work};
 
@@ -164,6 +169,9 @@ fn into_inner<T>(mutex: Mutex<T>) -> T {
 struct ErasedJob {
     job: *const (),
     run_one_chunk: unsafe fn(*const ()) -> bool,
+    /// The caller's frames (see `frames::enter_on_behalf`), in a `Vec` that lives as long
+    /// as the job.
+    caller_frames: *const [frames::Frame],
 }
 
 // SAFETY: the job it points to is `Sync` (atomics, mutexes, and a `Sync` closure; `E:
@@ -273,17 +281,24 @@ impl Scheduler {
         };
         let helpers = self.workers().min(chunks - 1);
         if helpers > 0 {
+            let caller_frames = frames::snapshot();
             let erased = ErasedJob {
                 job: (&job as *const Job<'_, E>).cast(),
                 run_one_chunk: run_one_erased::<E>,
+                caller_frames: caller_frames.as_slice(),
             };
             let works: Vec<Work> = (0..helpers)
                 .map(|_| {
                     let work = self
                         .work(move |_| {
                             let erased = erased;
+                            // SAFETY: the frames live as long as the job (see below).
+                            let _on_behalf =
+                                frames::enter_on_behalf(unsafe { &*erased.caller_frames });
                             // SAFETY: the job lives until every helper work was flushed
-                            // and dropped below, and a dropped work never runs again.
+                            // and dropped below with `drop_waiting`, which returns only
+                            // once the helper's run ended, and a dropped work never runs
+                            // again.
                             if unsafe { (erased.run_one_chunk)(erased.job) } {
                                 // One chunk per run: between chunks the worker backs off
                                 // while every CPU is busy.
@@ -301,8 +316,12 @@ impl Scheduler {
             for work in &works {
                 work.flush();
             }
-            // cancel_sync + the closure freed: no helper can reach `job` after this.
-            drop(works);
+            // cancel_sync + the closure freed: no helper can reach `job` after this. The
+            // wait is unconditional (memory safety rests on it); no wait cycle can pass
+            // through it, since every helper runs on behalf of our frames.
+            for work in works {
+                work.drop_waiting();
+            }
         } else {
             job.run_chunks(End::Front);
         }

@@ -21,7 +21,44 @@ use crate::sync::thread_local;
 thread_local! {
     // loom's thread_local! has no `const { }` form, and this must build with both.
     #[allow(clippy::missing_const_for_thread_local)]
-    static RUNNING_HERE: RefCell<Vec<*const WorkInner<dyn Callback>>> = RefCell::new(Vec::new());
+    static RUNNING_HERE: RefCell<Vec<Frame>> = RefCell::new(Vec::new());
+}
+
+/// A work whose callback runs on this thread (see the module docs for its validity).
+pub(crate) type Frame = *const WorkInner<dyn Callback>;
+
+/// This thread's frames, outermost first: what a `run_chunked` helper runs on behalf of.
+pub(crate) fn snapshot() -> Vec<Frame> {
+    RUNNING_HERE.with(|stack| stack.borrow().clone())
+}
+
+/// Pushes `frames` (another thread's [`snapshot`]) until the guard drops: a
+/// `run_chunked` helper runs its chunk as part of the caller's callbacks, so a wait from
+/// inside the chunk for one of them behaves as inside the own callback, and a cycle
+/// through the helper is a cycle through the caller. The caller keeps the frames' works
+/// running, and so valid, until every helper finished (it waits for them unconditionally).
+pub(crate) fn enter_on_behalf(frames: &[Frame]) -> OnBehalfGuard {
+    RUNNING_HERE.with(|stack| stack.borrow_mut().extend_from_slice(frames));
+    OnBehalfGuard {
+        count: frames.len(),
+        _not_send: std::marker::PhantomData,
+    }
+}
+
+/// Pops the frames pushed by [`enter_on_behalf`].
+pub(crate) struct OnBehalfGuard {
+    count: usize,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for OnBehalfGuard {
+    fn drop(&mut self) {
+        RUNNING_HERE.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            let keep = stack.len() - self.count;
+            stack.truncate(keep);
+        });
+    }
 }
 
 /// The address that identifies a work: its work's data pointer.
@@ -47,6 +84,11 @@ pub(crate) fn is_running_here(work: &WorkRef) -> bool {
             .iter()
             .any(|frame| frame.cast::<()>() as usize == address)
     })
+}
+
+/// Whether this thread is executing a callback (of any scheduler).
+pub(crate) fn in_callback() -> bool {
+    RUNNING_HERE.with(|stack| !stack.borrow().is_empty())
 }
 
 /// The addresses of every work running on this thread, outermost first.

@@ -23,6 +23,11 @@ use crate::{Error, Priority};
 
 /// A handle to a scheduler of delayed works.
 ///
+/// Dropping the last handle cancels every armed work, then wakes and joins the workers,
+/// waiting for runs in progress to finish. Dropped from inside a callback (of this or any
+/// other scheduler) it does not join, since a worker's callback may be waiting for the
+/// dropping one: the workers exit on their own once their runs end.
+///
 /// # Examples
 ///
 /// ```
@@ -344,8 +349,11 @@ impl Drop for Scheduler {
             return;
         }
         self.shared().shutdown();
-        if super::worker::is_worker_of(self.shared()) {
-            // Dropped from one of our own callbacks: that worker exits after the run.
+        if super::worker::is_worker_of(self.shared()) || super::frames::in_callback() {
+            // Dropped from inside a callback. On one of our own workers: that worker exits
+            // after the run. On any other thread running a callback: joining could wait
+            // for a worker whose callback waits for ours (a wait cycle no graph sees), so
+            // the workers are left to exit on their own once their runs end.
             return;
         }
         let threads = std::mem::take(&mut *lock_std(&self.shared().threads));

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use super::core::{load, store, Core, Shared};
 use super::handle::Handle;
-use super::run::{Executed, Taken};
+use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
-    State, CANCEL_WAITING, FIXED_PERIOD, ORPHANED, PENDING, REARM_REFUSED, RUNNING, STOPPED,
-    YIELDED,
+    State, CANCEL_WAITING, FIXED_PERIOD, ORPHANED, PENDING, REARM_REFUSED, RUNNING,
+    RUNNING_INCREMENT, STOPPED, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, waits};
@@ -24,6 +24,8 @@ use crate::sync::{load_ordered_after_seqcst_writes, wait, MutexGuard, Ordering};
 pub(super) enum Release {
     Keep,
     Drop,
+    /// A drop that waits for the run in progress even if that closes a wait cycle.
+    DropAndWait,
 }
 
 impl Shared {
@@ -112,7 +114,7 @@ impl Shared {
     /// dropping its own work) or the wait would close a cycle of waiting callbacks. Then
     /// the run's own re-arm is refused instead and, for a dropped handle, the runner frees
     /// the closure after the callback returned.
-    fn cancel_and_wait(&self, work: &WorkRef, release: Release) -> bool {
+    pub(super) fn cancel_and_wait(&self, work: &WorkRef, release: Release) -> bool {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
@@ -124,13 +126,15 @@ impl Shared {
         }
         let waiting = if frames::is_running_here(work) {
             None
+        } else if release == Release::DropAndWait {
+            Some(waits::begin_wait_unchecked(work))
         } else {
             waits::begin_wait(work).ok()
         };
         let Some(waiting) = waiting else {
             // Waiting would wait for ourselves: refuse the run's own re-arm instead.
             state.set(REARM_REFUSED);
-            if release == Release::Drop {
+            if release != Release::Keep {
                 state.set(ORPHANED);
             }
             store(work.header(), state);
@@ -142,7 +146,7 @@ impl Shared {
         store(work.header(), state);
         let address = frames::address(work);
         *core.cancel_waiters.entry(address).or_insert(0) += 1;
-        core = self.wait_until_idle(core, work);
+        core = self.wait_for_run(core, work);
         drop(waiting);
         if let Some(waiters) = core.cancel_waiters.get_mut(&address) {
             *waiters -= 1;
@@ -157,13 +161,17 @@ impl Shared {
         was_pending
     }
 
-    fn wait_until_idle<'a>(
+    /// Waits until the run in progress (`RUNNING` is set when this is called) has
+    /// completed. A later run of the same work is not waited for: runs are counted under
+    /// the core lock as they complete, and the run in progress is not counted yet.
+    fn wait_for_run<'a>(
         &'a self,
         mut core: MutexGuard<'a, Core>,
         work: &WorkRef,
     ) -> MutexGuard<'a, Core> {
+        let done_at = work.header().stats.runs() + 1;
         core.run_waiters += 1;
-        while load(work.header()).has(RUNNING) {
+        while load(work.header()).has(RUNNING) && work.header().stats.runs() < done_at {
             core = wait(&self.run_done, core);
         }
         core.run_waiters -= 1;
@@ -184,11 +192,16 @@ impl Shared {
         // A flush covers the instance pending when it started, plus the increments of a
         // yielding work.
         let mut take_pending = state.has(PENDING);
+        let mut waited = false;
         let mut ran_here = false;
         let mut flusher = None;
         loop {
             let mut state = load(work.header());
-            if state.has(RUNNING) {
+            // The run in progress when the flush started, and later `Yield` increments a
+            // worker took before us, are waited for; a run that `Again`/`After` armed is
+            // not (a busy self-re-arming work would never let `flush` return).
+            if state.has(RUNNING) && (!waited || state.has(RUNNING_INCREMENT)) {
+                waited = true;
                 let Ok(waiting) = waits::begin_wait(work) else {
                     // Waiting would close a wait cycle: as inside the own callback.
                     return ran_here;
@@ -200,11 +213,15 @@ impl Shared {
                         (nice, crate::priority::current_is_idle())
                     })
                 });
-                core = self.wait_until_idle(core, work);
+                core = self.wait_for_run(core, work);
                 drop(waiting);
                 continue;
             }
-            if core.shutdown || !state.has(PENDING) || !(take_pending || state.has(YIELDED)) {
+            if core.shutdown
+                || state.has(RUNNING)
+                || !state.has(PENDING)
+                || !(take_pending || state.has(YIELDED))
+            {
                 return true;
             }
             take_pending = false;
@@ -212,8 +229,7 @@ impl Shared {
             let key = state.key();
             let deadline_ns = core.timers.deadline_ns(key);
             let taken = core.timers.remove(key).to_cell();
-            state.clear_pending();
-            state.set(RUNNING);
+            state.start_run();
             store(work.header(), state);
             core.lending.stats.helped += 1;
             let now = self.now_ns(&core);
@@ -230,7 +246,7 @@ impl Shared {
                 None,
             );
             if executed == Executed::InForkedChild {
-                return true;
+                return leave_forked_child(true);
             }
             core = self.lock();
         }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
 use super::core::{load, store, Core, Shared};
-use super::state::{State, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, STOPPED, YIELDED};
+use super::state::{
+    State, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, YIELDED,
+};
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
 use crate::clock::nanos;
@@ -46,8 +48,7 @@ impl Shared {
             }
             let deadline_ns = core.timers.deadline_ns(key);
             let work = core.timers.remove(key).to_cell();
-            state.clear_pending();
-            state.set(RUNNING);
+            state.start_run();
             store(work.header(), state);
             return Some(Taken {
                 work,
@@ -91,6 +92,16 @@ impl Shared {
             // SAFETY: we set RUNNING when this run was taken, and only `complete` below
             // clears it.
             let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { work.call(&mut cx) }));
+            if self.is_forked_copy() {
+                // `fork()` inside the callback (or inside one it flushed), and this is the
+                // child: nothing of this run is recorded, completed or logged.
+                drop(_frame);
+                if let Err(payload) = outcome {
+                    std::mem::forget(payload);
+                }
+                std::mem::forget(work);
+                return Executed::InForkedChild;
+            }
             let busy = clock.elapsed();
             let lateness = started_ns.saturating_sub(deadline_ns);
             header.stats.record(
@@ -112,13 +123,7 @@ impl Shared {
                 }
             }
         };
-        if self.is_forked_copy() {
-            // `fork()` inside the callback, and this is the child: the lock may be held by
-            // a thread that does not exist here, and the timer belongs to the parent.
-            // Leave without completing; the caller stops too (see `fork`).
-            std::mem::forget(work);
-            return Executed::InForkedChild;
-        }
+
         let yield_delay_ns = match (outcome, backoff) {
             (Some(Next::Yield), Some(backoff)) => backoff.after_yield(),
             _ => 0,
@@ -142,7 +147,10 @@ impl Shared {
         }
         let header = work.header();
         let mut state = load(header);
-        state.clear(RUNNING);
+        state.clear(RUNNING | RUNNING_INCREMENT);
+        // Counted under the lock, together with clearing RUNNING: a waiter that saw the
+        // run in progress knows it ended when the count moved (see `wait_for_run`).
+        header.stats.count_run();
         match next {
             None => {
                 state.set(POISONED);
@@ -229,12 +237,29 @@ impl Shared {
             let executed = self.execute(scheduler, taken, now, None);
             runs += 1;
             if executed == Executed::InForkedChild {
-                return runs;
+                return leave_forked_child(runs);
             }
             core = self.lock();
         }
         core.virtual_now_ns = core.virtual_now_ns.max(target);
         runs
+    }
+}
+
+/// The unwinding that carries a `fork()`ed child out of a callback (see
+/// [`leave_forked_child`]); never seen outside nicework.
+struct LeavingForkedChild;
+
+/// After `fork()` inside a callback, in the child: returns `value` to a caller that is not
+/// itself running a callback (a user thread in `flush` or `advance`). Inside a callback
+/// (a callback that flushed the forking work) it unwinds out of that outer callback to the
+/// `execute` that runs it, which stops there: the child runs nothing more of nicework's,
+/// including the rest of the outer callback.
+pub(crate) fn leave_forked_child<T>(value: T) -> T {
+    if !frames::in_callback() {
+        value
+    } else {
+        std::panic::resume_unwind(Box::new(LeavingForkedChild))
     }
 }
 

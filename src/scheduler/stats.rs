@@ -86,7 +86,13 @@ impl StatsCounters {
         self.runs.load(Ordering::Relaxed)
     }
 
-    /// Records a run; only the thread that ran it calls this.
+    /// Counts a completed run; called under the core lock, as the run completes.
+    pub(crate) fn count_run(&self) {
+        self.runs
+            .store(self.runs.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Records a run's timings; only the thread that ran it calls this.
     pub(crate) fn record(&self, started_ns: u64, busy: Duration, lateness_ns: u64, parked: bool) {
         let busy_ns = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
         let bump = |field: &AtomicU64, by: u64| {
@@ -100,7 +106,6 @@ impl StatsCounters {
         let raise = |field: &AtomicU64, to: u64| {
             field.store(field.load(Ordering::Relaxed).max(to), Ordering::Relaxed)
         };
-        bump(&self.runs, 1);
         bump(&self.parks, u64::from(parked));
         bump(&self.busy_total_ns, busy_ns);
         raise(&self.busy_max_ns, busy_ns);

@@ -25,7 +25,8 @@
 //!   pass through it. The common paths never touch this lock.
 //!
 //! Lock order: a scheduler's core lock, then this one. This lock is a leaf: nothing is
-//! taken and no user code runs while it is held.
+//! taken and no user code runs while it is held. A `fork()`ed child starts a fresh graph
+//! (see `graph`), so a lock held by a parent thread at the fork never blocks it.
 
 use super::frames;
 use super::WorkRef;
@@ -65,18 +66,72 @@ impl Graph {
     }
 }
 
-#[cfg(not(all(loom, feature = "loom")))]
-static GRAPH: Mutex<Graph> = Mutex::new(Graph {
-    next_serial: 0,
-    edges: Vec::new(),
-});
+impl Graph {
+    fn register(&mut self, holds: Vec<usize>, target: usize) -> Waiting {
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        self.edges.push(Edge {
+            serial,
+            holds,
+            target,
+        });
+        Waiting {
+            serial: Some(serial),
+        }
+    }
 
+    const fn new() -> Graph {
+        Graph {
+            next_serial: 0,
+            edges: Vec::new(),
+        }
+    }
+}
+
+/// The graph of the current fork generation. A `fork()`ed child gets a fresh one: its
+/// parent's may have been locked at the fork by a thread that does not exist in the child,
+/// and the parent's edges describe threads that are gone. The parent's copy is leaked in
+/// the child, never freed or locked there.
+#[cfg(not(all(loom, feature = "loom")))]
+fn graph() -> &'static Mutex<Graph> {
+    use std::sync::atomic::{AtomicPtr, Ordering};
+
+    struct ForGeneration {
+        generation: u64,
+        graph: Mutex<Graph>,
+    }
+
+    static CURRENT: AtomicPtr<ForGeneration> = AtomicPtr::new(std::ptr::null_mut());
+    let generation = crate::fork::generation();
+    loop {
+        let current = CURRENT.load(Ordering::Acquire);
+        // SAFETY: a published graph is never freed (see above), so the pointer, once
+        // loaded, is valid for the rest of the process.
+        if let Some(published) = unsafe { current.as_ref() } {
+            if published.generation == generation {
+                return &published.graph;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(ForGeneration {
+            generation,
+            graph: Mutex::new(Graph::new()),
+        }));
+        match CURRENT.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just published and never freed.
+            Ok(_) => return unsafe { &(*fresh).graph },
+            // SAFETY: `fresh` lost the race and was never published: it is ours alone.
+            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+        }
+    }
+}
+
+/// Loom models never fork; loom's lazy static is reset for every execution.
 #[cfg(all(loom, feature = "loom"))]
-loom::lazy_static! {
-    static ref GRAPH: Mutex<Graph> = Mutex::new(Graph {
-        next_serial: 0,
-        edges: Vec::new(),
-    });
+fn graph() -> &'static Mutex<Graph> {
+    loom::lazy_static! {
+        static ref GRAPH: Mutex<Graph> = Mutex::new(Graph::new());
+    }
+    &GRAPH
 }
 
 /// A registered wait; dropping it removes the edge.
@@ -88,7 +143,7 @@ pub(crate) struct Waiting {
 impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(serial) = self.serial {
-            let mut graph = lock(&GRAPH);
+            let mut graph = lock(graph());
             graph.edges.retain(|edge| edge.serial != serial);
         }
     }
@@ -108,7 +163,7 @@ pub(crate) fn begin_wait(target: &WorkRef) -> Result<Waiting, WaitCycle> {
         return Ok(Waiting { serial: None });
     }
     let target_address = frames::address(target);
-    let mut graph = lock(&GRAPH);
+    let mut graph = lock(graph());
     if graph.closes_cycle(&holds, target_address) {
         drop(graph);
         let waiting = frames::innermost_name().unwrap_or_default();
@@ -119,16 +174,18 @@ pub(crate) fn begin_wait(target: &WorkRef) -> Result<Waiting, WaitCycle> {
         );
         return Err(WaitCycle);
     }
-    let serial = graph.next_serial;
-    graph.next_serial += 1;
-    graph.edges.push(Edge {
-        serial,
-        holds,
-        target: target_address,
-    });
-    Ok(Waiting {
-        serial: Some(serial),
-    })
+    Ok(graph.register(holds, target_address))
+}
+
+/// Registers that the calling thread waits for `target` without checking for a cycle:
+/// for a wait that must happen (see `Work::drop_waiting`). Others still see the edge, so
+/// a cycle that would close through it is broken at their side.
+pub(crate) fn begin_wait_unchecked(target: &WorkRef) -> Waiting {
+    let holds = frames::running_here();
+    if holds.is_empty() {
+        return Waiting { serial: None };
+    }
+    lock(graph()).register(holds, frames::address(target))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use super::{Ctx, Header, Next, WorkStats};
 
 use super::core::Shared;
 use super::inner::{WorkInner, WorkRef};
+use super::ops::Release;
 use super::run::drop_contained;
 use super::state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
 use crate::sync::Ordering;
@@ -329,6 +330,16 @@ impl Work {
     /// The work's name: its [`named`](Self::named) name, or the closure's type name.
     pub fn name(&self) -> &str {
         self.inner.name()
+    }
+}
+
+impl Work {
+    /// Drop that waits for a run in progress even where that wait would close a wait
+    /// cycle (`run_chunked`'s helpers borrow the caller's stack; they are set up so that
+    /// no cycle can pass through this wait).
+    pub(crate) fn drop_waiting(self) {
+        self.shared
+            .cancel_and_wait(&self.inner, Release::DropAndWait);
     }
 }
 
