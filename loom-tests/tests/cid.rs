@@ -6,13 +6,20 @@
 //! Loom does not run a thread's thread-local destructors before `join` returns, so the
 //! "released at exit" guarantee is tested with real threads in `tests/cid.rs`; here an
 //! exited thread simply keeps its id, which the uniqueness checks must tolerate.
+//!
+//! A guard that outlives nicework's exit hook (guarantee 8) is tested with real threads
+//! and AddressSanitizer in `tests/cid_adversarial.rs` instead: loom 0.7 takes all of a
+//! finishing thread's locals away before it runs any of their destructors, and runs them
+//! in `HashMap` order, which changes from one execution to the next, so a model can
+//! neither put a user's thread-local destructor after nicework's nor stay deterministic if
+//! it depended on their order.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
-use nicework::{IdSpace, Scheduler};
+use nicework::{IdSpace, PerCid, Scheduler};
 
 const SCAN: Duration = Duration::from_millis(100);
 
@@ -121,5 +128,45 @@ fn guard_held_across_reclaim_and_exit() {
         sched.advance(SCAN);
         exiting.join().unwrap();
         holder.join().unwrap();
+    });
+}
+
+/// Nested `enter()` between a scan's revoke and its give-back (guarantee 8). The thread
+/// took an id and went idle; the first scan clears its "used" mark, and a later one may
+/// see it unpinned and revoke its id (`cid := NONE`), run the heavy barrier, and give the
+/// id back because the thread pinned meanwhile, or free it. The thread enters again while
+/// three scans run, and nests twice: directly, and through `PerCid::with` (an id out of
+/// range panics there, as the audit saw). Every nested id must be the outer guard's.
+/// About 56,000 executions at `LOOM_MAX_PREEMPTIONS=3`. (A second thread racing with the
+/// scans makes the model explode past the CI budget; the third scan and the `PerCid`
+/// nesting are the affordable growth.)
+#[test]
+fn nested_enter_returns_the_outer_id_while_the_scan_revokes_it() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let slots = Arc::new(PerCid::new(&ids, || 0usize));
+        let idle = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let (ids, slots, idle) = (ids.clone(), slots.clone(), idle.clone());
+            thread::spawn(move || {
+                drop(ids.enter());
+                idle.store(1, Ordering::SeqCst);
+                let outer = ids.enter();
+                assert_eq!(
+                    ids.enter().get(),
+                    outer.get(),
+                    "a nested enter() changed the id"
+                );
+                slots.with(|slot| *slot += 1);
+            })
+        };
+        while idle.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        for _ in 0..3 {
+            sched.advance(SCAN);
+        }
+        thread.join().unwrap();
     });
 }

@@ -12,7 +12,8 @@
 //! 3. **Compacting**: a thread whose id is not below [`IdSpace::held`] moves to the lowest
 //!    free id at its next `enter()` (the 6.19 kernel moves at schedule-in); a thread that
 //!    did not enter since the previous scan loses its id to the space's compaction work;
-//!    a thread that exits releases its id at once (before `join()` returns).
+//!    a thread that exits releases its id at once (before `join()` returns), or, if a
+//!    guard of it outlives nicework's exit hook (guarantee 8), when that guard drops.
 //! 4. After the threads using a space shrink from N to M, every id handed out is below M
 //!    by the survivors' next `enter()`, and within two scan periods at most.
 //! 5. The compaction work is an ordinary [`Work`](crate::Work); it parks while no id is
@@ -21,12 +22,17 @@
 //! 7. `enter()` on an id the thread already holds does no atomic read-modify-write: a
 //!    thread-local lookup, a relaxed store of its pin word, a compiler fence, and relaxed
 //!    loads of its id and of the space's `held` count.
+//! 8. A guard keeps its id until it is dropped, also in a thread-local destroyed after
+//!    nicework's exit hook (a [`Cid<'static>`](Cid) of a leaked or static [`IdSpace`] can
+//!    be stored in any thread-local); nested `enter()` always returns the outer guard's id,
+//!    whatever the scan does meanwhile.
 //!
 //! # The pin protocol
 //!
-//! Each (thread, space) pair has a record: `cid` (the owned id or none), `pin` (the
-//! thread's guard nesting depth, written only by the thread) and `used` (a hint). Ids are
-//! owned in a bitmap under the space's lock.
+//! Each (thread, space) pair has a record: `cid` (the owned id or none), `own` (the id the
+//! thread last took; only the thread touches it), `pin` (the thread's guard nesting depth,
+//! written only by the thread) and `used` (a hint). Ids are owned in a bitmap under the
+//! space's lock.
 //!
 //! ```text
 //!  thread (enter, fast path)            reclaimer (scan, under the space lock)
@@ -34,8 +40,10 @@
 //!  pin := 1                  (P)        cid := NONE                          (R)
 //!  light barrier                        heavy barrier  (membarrier)
 //!  c := cid                  (L)        if pin == 0 { free(c) } else { cid := c }  (C)
-//!  if c < held: use c                   
-//!  else: slow path (takes the lock)
+//!  if c < held: use c
+//!  else: slow path (takes the lock; a new id goes to `cid` and `own`)
+//!  ...
+//!  nested enter: pin += 1, use own  (N)
 //!  ...
 //!  pin := 0  (release)       (U)
 //! ```
@@ -51,8 +59,43 @@
 //! and a `SeqCst` fence where it is not; loom builds use `SeqCst` fences on both sides,
 //! and `loom-tests/tests/cid.rs` checks the protocol in every interleaving.
 //!
-//! Every other change of ownership (first acquire, moving down, thread exit, transient
-//! ids during thread teardown) happens under the space's lock.
+//! Between R and C, `cid` reads `NONE` even for a thread that is pinned on `c` and will
+//! get it back, so a nested `enter()` (N) does not read `cid`: it returns `own`. Only the
+//! thread's own slow path gives `cid` a new id, and it writes `own` with it; the scan only
+//! revokes `cid` and then gives the same id back or frees it. So `cid` is always `NONE`
+//! or `own`: the `c` a first-level `enter()` used is `own`, and `own` does not change
+//! while the thread is pinned. N adds nothing to the fast path.
+//!
+//! Every other change of ownership (first acquire, moving down, thread exit, orphan
+//! release, transient ids during thread teardown) happens under the space's lock.
+//!
+//! # The orphan protocol
+//!
+//! A thread's records are owned by a thread-local registry whose destructor is nicework's
+//! thread-exit hook. Std runs thread-local destructors in the reverse order of their
+//! registration (at each local's first use), so a guard stored in a local first used
+//! before the thread's first `enter()` is dropped after the hook ran. The hook therefore does not release a record
+//! that is still pinned:
+//!
+//! ```text
+//!  exit hook (registry destructor)            guard drop (any time, also later)
+//!  ───────────────────────────────            ─────────────────────────────────
+//!  for each record:                           d := pin - 1
+//!    if pin == 0: release id, free record     pin := d                  (release)
+//!    else: pin := pin | ORPHANED              if d == ORPHANED:  (cold, the last guard)
+//!          move record to ORPHANS               take record out of ORPHANS
+//!                                               release id (under the lock), free record
+//! ```
+//!
+//! `pin` is written only by its thread, so the orphan bit costs the guard drop one
+//! compare, and `enter()` nothing. `ORPHANS` is a thread-local without a destructor, so
+//! it can be used for the whole teardown: a nested `enter()` made after the hook ran (the
+//! registry is gone) finds the orphaned record there and, `pin` being above zero, takes
+//! the nested path and returns `own`. An orphan's `pin` never reads zero, so the scan never
+//! revokes its id; the thread's id is released by the last guard's drop, still before
+//! `join()` returns. An `enter()` for a space without an orphaned record takes a transient
+//! id for that guard alone. A guard that is leaked (`mem::forget`) keeps its id, and after
+//! the thread exits its record, forever.
 
 mod barrier;
 mod ids;

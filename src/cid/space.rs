@@ -1,12 +1,13 @@
 //! [`IdSpace`] and its [`Cid`] guard.
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
-use super::thread::{self, ThreadRec, NO_ID};
+use super::thread::{self, ThreadRec, NO_ID, ORPHANED};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
 
@@ -98,7 +99,8 @@ impl SpaceInner {
         self.threads.store(state.threads.len(), Ordering::Relaxed);
     }
 
-    /// Thread exit: the thread's id is free at once.
+    /// Thread exit (or the drop of an orphaned record's last guard): the thread's id is
+    /// free at once.
     pub(crate) fn release_thread(&self, record: &Arc<ThreadRec>) {
         if self.in_forked_child() {
             // Ids are not reused in a forked child (see `in_forked_child`).
@@ -119,7 +121,8 @@ impl SpaceInner {
     }
 
     /// The slow path of `enter()`: the thread owns no id, or one that is not below the
-    /// number of ids held. Called with `pin == 1`.
+    /// number of ids held. Called with `pin == 1`. Every new id goes to `own` as well as to
+    /// `cid` (see `ThreadRec::own`).
     #[cold]
     fn acquire(&self, record: &ThreadRec) -> usize {
         if self.in_forked_child() {
@@ -128,6 +131,7 @@ impl SpaceInner {
                 return current;
             }
             let id = self.child_id();
+            record.own.store(id, Ordering::Relaxed);
             record.cid.store(id, Ordering::Relaxed);
             return id;
         }
@@ -141,6 +145,7 @@ impl SpaceInner {
             state.ids.release(current);
         }
         let id = state.ids.take_lowest();
+        record.own.store(id, Ordering::Relaxed);
         record.cid.store(id, Ordering::Relaxed);
         self.publish(&state);
         drop(state);
@@ -217,16 +222,21 @@ impl SpaceInner {
     /// Pins the calling thread's id.
     #[inline]
     pub(crate) fn enter(self: &Arc<Self>) -> Cid<'_> {
-        let Some(record) = thread::record(self) else {
+        let Some(pointer) = thread::record(self) else {
             return self.enter_transient();
         };
-        // SAFETY: the registry keeps the record alive until the thread exits, and a guard
-        // cannot outlive the thread (it is !Send).
-        let record = unsafe { &*record };
+        // SAFETY: `record` returns the calling thread's own record for this space, and
+        // only this thread frees it: its exit hook if no guard pins it (then `record`
+        // stops finding it: the registry is gone and the cache cleared), else the drop of
+        // its last guard (which takes it out of the orphan list `record` searches), or the
+        // registry's pruning once this space is gone (it is alive here, and serials are
+        // never reused). None of these runs during this call, which calls no user code.
+        let record = unsafe { pointer.as_ref() };
         let depth = record.pin.load(Ordering::Relaxed);
         if depth > 0 {
             record.pin.store(depth + 1, Ordering::Relaxed);
-            return Cid::new(self, Some(record), record.cid.load(Ordering::Relaxed));
+            // Not `cid`: a scan may have revoked it for the moment (see `ThreadRec::own`).
+            return Cid::new(self, Some(pointer), record.own.load(Ordering::Relaxed));
         }
         record.pin.store(1, Ordering::Relaxed);
         // Orders the pin before reading the id; the reclaimer's heavy barrier pays for
@@ -234,12 +244,23 @@ impl SpaceInner {
         barrier::light();
         let id = record.cid.load(Ordering::Relaxed);
         let id = if id < self.held.load(Ordering::Relaxed) {
+            debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
             id
         } else {
             self.acquire(record)
         };
         thread::mark_used(record);
-        Cid::new(self, Some(record), id)
+        Cid::new(self, Some(pointer), id)
+    }
+
+    /// The drop of an orphaned record's last guard (see `Registry::drop`): the id is free
+    /// and the record is freed.
+    #[cold]
+    #[inline(never)]
+    fn release_orphan(&self, record: NonNull<ThreadRec>) {
+        if let Some(record) = thread::take_orphan(record) {
+            self.release_thread(&record);
+        }
     }
 
     /// A guard for a thread whose locals are being torn down: an id just for this guard.
@@ -369,7 +390,9 @@ impl IdSpace {
     /// Ids owned by threads (pinned or not). A thread's id is released when the thread
     /// exits, before `JoinHandle::join` returns; the end of a `std::thread::scope` is not
     /// such a join (it can return before the threads' thread-local destructors ran), so
-    /// join scoped threads explicitly before counting on `held()`.
+    /// join scoped threads explicitly before counting on `held()`. If a guard of the
+    /// thread lives in a thread-local destroyed after nicework's exit hook, the id is
+    /// released when that guard drops (still before `join` returns).
     pub fn held(&self) -> usize {
         self.inner.held.load(Ordering::Relaxed)
     }
@@ -379,7 +402,8 @@ impl IdSpace {
         self.inner.high_water()
     }
 
-    /// Live threads that have entered this space.
+    /// Live threads that have entered this space (an exiting thread counts until its
+    /// last guard is dropped).
     pub fn threads(&self) -> usize {
         self.inner.threads.load(Ordering::Relaxed)
     }
@@ -414,16 +438,22 @@ impl std::fmt::Debug for IdSpace {
 
 /// A pinned concurrency id. `!Send`: it belongs to the thread that entered.
 ///
-/// While it lives, no other thread's guard has the same id.
+/// While it lives, no other thread's guard has the same id, and its thread keeps the id:
+/// also when the guard lives in a thread-local destroyed after nicework's own thread-exit
+/// hook (a `Cid<'static>` of a leaked or static [`IdSpace`] can). A guard that is leaked
+/// (`mem::forget`) keeps its id forever.
 pub struct Cid<'a> {
     space: &'a SpaceInner,
-    record: Option<&'a ThreadRec>,
+    /// The thread's record (`None`: a transient id). A pointer, not a `&'a`: the record is
+    /// the thread's, not the space's, and lives until this guard's drop (see `enter`), not
+    /// for `'a`.
+    record: Option<NonNull<ThreadRec>>,
     id: usize,
     _not_send: PhantomData<*const ()>,
 }
 
 impl<'a> Cid<'a> {
-    fn new(space: &'a SpaceInner, record: Option<&'a ThreadRec>, id: usize) -> Self {
+    fn new(space: &'a SpaceInner, record: Option<NonNull<ThreadRec>>, id: usize) -> Self {
         Cid {
             space,
             record,
@@ -444,10 +474,19 @@ impl Drop for Cid<'_> {
     fn drop(&mut self) {
         match self.record {
             Some(record) => {
-                let depth = record.pin.load(Ordering::Relaxed);
+                // SAFETY: a pinned record is not freed: the thread's exit hook orphans it
+                // instead, and an orphan is freed by the drop of its last guard, in
+                // `release_orphan` below, after the last use of this reference. The guard
+                // is `!Send`, so this runs on the record's thread, the only one that
+                // writes `pin`.
+                let pin = unsafe { &record.as_ref().pin };
+                let depth = pin.load(Ordering::Relaxed) - 1;
                 // Release: what the holder wrote under this id happens-before a reclaimer
                 // that sees the pin cleared.
-                record.pin.store(depth - 1, Ordering::Release);
+                pin.store(depth, Ordering::Release);
+                if depth == ORPHANED {
+                    self.space.release_orphan(record);
+                }
             }
             None if self.space.in_forked_child() => {}
             None => {

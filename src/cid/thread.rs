@@ -1,7 +1,9 @@
-//! Per-thread records: which id a thread owns in each space, and the thread-local registry
-//! that finds a thread's record and releases its ids when the thread exits.
+//! Per-thread records: which id a thread owns in each space, the thread-local registry that
+//! finds a thread's record and releases its ids when the thread exits, and the orphan list
+//! that keeps the records of guards that outlive that exit hook.
 
 use std::cell::{Cell, RefCell};
+use std::ptr::{self, NonNull};
 use std::sync::{Arc, Weak};
 
 use super::space::SpaceInner;
@@ -10,13 +12,27 @@ use crate::sync::{thread_local, AtomicUsize, Ordering};
 /// `ThreadRec::cid` when the thread owns no id.
 pub(crate) const NO_ID: usize = usize::MAX;
 
-/// One thread's membership of one space. Written by its thread (`pin`, `used`, and `cid`
-/// only under the space lock) and by the space's reclaimer (`cid`, `used`, under the lock).
+/// Set in `ThreadRec::pin` by the thread's exit hook when guards still pin the record (they
+/// live in thread-locals destroyed after the hook). The low bits stay the nesting depth, so
+/// the record stays pinned for the scan, and the drop of the last guard, which leaves
+/// exactly `ORPHANED`, releases the id and frees the record. Depths never come near it.
+pub(crate) const ORPHANED: usize = 1 << (usize::BITS - 1);
+
+/// One thread's membership of one space. Written by its thread (`pin`, `own`, `used`, and
+/// `cid` only under the space lock) and by the space's reclaimer (`cid`, `used`, under the
+/// lock).
 #[derive(Debug)]
 pub(crate) struct ThreadRec {
     /// The id this thread owns, or `NO_ID`.
     pub(crate) cid: AtomicUsize,
-    /// Live guards on this thread (nesting depth); only the thread writes it.
+    /// The id the thread last took, set with `cid` by its `acquire`. Only the thread reads
+    /// or writes it. `cid` is always `NO_ID` or `own`: only `acquire` gives `cid` a new id;
+    /// the scan revokes it (`NO_ID`) and gives the same id back or frees it. So while the
+    /// thread is pinned, `own` is its outermost guard's id, and a nested `enter()` returns
+    /// it: `cid` may read `NO_ID` then, between a scan's revoke and its give-back.
+    pub(crate) own: AtomicUsize,
+    /// Live guards on this thread (nesting depth), plus `ORPHANED` once the thread's exit
+    /// hook ran; only the thread writes it.
     pub(crate) pin: AtomicUsize,
     /// Entered since the last scan (1) or not (0); a heuristic for the reclaimer only.
     pub(crate) used: AtomicUsize,
@@ -27,6 +43,7 @@ impl ThreadRec {
     pub(crate) fn new(space: Weak<SpaceInner>) -> Self {
         ThreadRec {
             cid: AtomicUsize::new(NO_ID),
+            own: AtomicUsize::new(NO_ID),
             pin: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             space,
@@ -34,21 +51,42 @@ impl ThreadRec {
     }
 }
 
-/// The thread's records, by space serial number.
+/// Records by space serial number.
+type Records = Vec<(u64, Arc<ThreadRec>)>;
+
+/// The thread's records. Its destructor is nicework's thread-exit hook.
 struct Registry {
-    records: RefCell<Vec<(u64, Arc<ThreadRec>)>>,
+    records: RefCell<Records>,
 }
 
 impl Drop for Registry {
+    /// Thread exit: releases every id at once, before `join()` returns elsewhere, except
+    /// those still pinned by a guard. Such a guard lives in a thread-local destroyed after
+    /// this one (std runs thread-local destructors in the reverse order of their
+    /// registration, at each local's first use, and any `Cid<'static>` can be stored in
+    /// one). Its record is marked `ORPHANED` and moved to `ORPHANS`, which has no
+    /// destructor: nested `enter()`s made later in the teardown find it there, and the last
+    /// guard's drop releases the id and frees the record.
     fn drop(&mut self) {
         // The cache must not point into records that are going away.
         // `try_with`: loom destroys its mock thread-locals in any order.
-        let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
-        // Thread exit: release every id at once, before `join()` returns elsewhere.
-        for (_, record) in self.records.get_mut().drain(..) {
-            if let Some(space) = record.space.upgrade() {
+        let _ = LAST.try_with(|last| last.set(NO_RECORD));
+        let mut orphans = Records::new();
+        for (serial, record) in self.records.get_mut().drain(..) {
+            let pin = record.pin.load(Ordering::Relaxed);
+            if pin != 0 {
+                // Relaxed: only this thread reads the bit; the scan only asks `pin != 0`.
+                record.pin.store(pin | ORPHANED, Ordering::Relaxed);
+                orphans.push((serial, record));
+            } else if let Some(space) = record.space.upgrade() {
                 space.release_thread(&record);
             }
+        }
+        if !orphans.is_empty() && with_orphans(|list| list.append(&mut orphans)).is_none() {
+            // Unreachable: `ORPHANS` has no destructor (in loom builds it is first used
+            // here, after loom took the thread's locals away). Freeing the records would
+            // free them under live guards; leak them, and their ids, instead.
+            std::mem::forget(orphans);
         }
     }
 }
@@ -64,52 +102,117 @@ thread_local! {
 // The fast path's one-entry cache: the last record looked up (its space serial and a
 // pointer kept alive by `REGISTRY`). It has no destructor, so std can make it a plain
 // `#[thread_local]` access with no lazy-initialisation check; `Registry::drop` clears it.
+// Empty, it holds `NO_RECORD`: serial 0 is never a space's, so its dangling pointer is
+// never returned, and a hit needs no null check.
+//
+// `ORPHANS`: the records that the exit hook could not release because guards still pin
+// them (a `Box<Records>` from `Box::into_raw`, or null). No destructor either, so it stays
+// usable for the whole teardown, whatever the order of the other thread-locals; the drop of
+// the last orphan's last guard frees it.
 #[cfg(not(all(loom, feature = "loom")))]
 thread_local! {
-    static LAST: Cell<(u64, *const ThreadRec)> = const { Cell::new((0, std::ptr::null())) };
+    static LAST: Cell<(u64, NonNull<ThreadRec>)> = const { Cell::new(NO_RECORD) };
+    static ORPHANS: Cell<*mut Records> = const { Cell::new(ptr::null_mut()) };
 }
 
+// loom: `ORPHANS` is first used during the thread's teardown (by the exit hook), after
+// loom took the thread's other locals away, so it stays reachable until the thread is gone.
+// (Loom takes every local away before running any destructor, and runs them in an order
+// that varies: a user's destructor that runs before the registry's cannot reach the
+// registry, so a nested `enter()` there gets a transient id. Std has no such state.)
 #[cfg(all(loom, feature = "loom"))]
 thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
-    static LAST: Cell<(u64, *const ThreadRec)> = Cell::new((0, std::ptr::null()));
+    static LAST: Cell<(u64, NonNull<ThreadRec>)> = Cell::new(NO_RECORD);
+    #[allow(clippy::missing_const_for_thread_local)]
+    static ORPHANS: Cell<*mut Records> = Cell::new(ptr::null_mut());
 }
 
-/// The calling thread's record for `space`, registering it on first use. `None` while the
-/// thread's locals are being destroyed.
+/// `LAST` when empty.
+const NO_RECORD: (u64, NonNull<ThreadRec>) = (0, NonNull::dangling());
+
+/// The calling thread's record for `space`, registering it on first use; after the
+/// thread's exit hook ran, the orphaned record if a guard still pins one. `None` while the
+/// thread's locals are being destroyed and it has no pinned record for `space`.
 #[inline]
-pub(crate) fn record(space: &Arc<SpaceInner>) -> Option<*const ThreadRec> {
-    let (last_serial, last) = LAST.with(Cell::get);
-    if last_serial == space.serial {
-        return Some(last);
+pub(crate) fn record(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
+    // `try_with`: loom's mock of this const thread-local can be destroyed; std's cannot,
+    // and there this compiles to the plain access.
+    if let Ok((serial, last)) = LAST.try_with(Cell::get) {
+        if serial == space.serial {
+            return Some(last);
+        }
     }
-    REGISTRY
-        .try_with(|registry| lookup_or_register(registry, space))
-        .ok()
+    find_or_register(space)
 }
 
 #[cold]
-fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> *const ThreadRec {
-    let mut records = registry.records.borrow_mut();
-    let found = records
+fn find_or_register(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
+    match REGISTRY.try_with(|registry| lookup_or_register(registry, space)) {
+        Ok(record) => Some(record),
+        // The exit hook ran (or runs): only orphans are left.
+        Err(_) => with_orphans(|orphans| find(orphans, space.serial)).flatten(),
+    }
+}
+
+fn find(records: &Records, serial: u64) -> Option<NonNull<ThreadRec>> {
+    records
         .iter()
-        .find(|(serial, _)| *serial == space.serial)
-        .map(|(_, record)| Arc::as_ptr(record));
-    let record = match found {
+        .find(|(other, _)| *other == serial)
+        .map(|(_, record)| NonNull::from(&**record))
+}
+
+fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> NonNull<ThreadRec> {
+    let mut records = registry.records.borrow_mut();
+    let record = match find(&records, space.serial) {
         Some(record) => record,
         None => {
             // Forget records of spaces that are gone, so long-lived threads do not collect
-            // them.
+            // them. (None is pinned: a guard borrows its space.)
             records.retain(|(_, record)| record.space.strong_count() > 0);
             let record = Arc::new(ThreadRec::new(Arc::downgrade(space)));
             space.add_thread(record.clone());
-            let pointer = Arc::as_ptr(&record);
+            let pointer = NonNull::from(&*record);
             records.push((space.serial, record));
             pointer
         }
     };
     LAST.with(|last| last.set((space.serial, record)));
     record
+}
+
+/// Runs `f` on the thread's orphan list, created empty if there is none; frees the list if
+/// `f` leaves it empty. `None` if the list is unreachable (see `ORPHANS`).
+fn with_orphans<R>(f: impl FnOnce(&mut Records) -> R) -> Option<R> {
+    ORPHANS
+        .try_with(|cell| {
+            let pointer = cell.replace(ptr::null_mut());
+            let mut list = if pointer.is_null() {
+                Box::default()
+            } else {
+                // SAFETY: a non-null pointer in the cell came from `Box::into_raw` below, on
+                // this thread, and was taken out of the cell above, so this is its only owner.
+                unsafe { Box::from_raw(pointer) }
+            };
+            let result = f(&mut list);
+            if !list.is_empty() {
+                cell.set(Box::into_raw(list));
+            }
+            result
+        })
+        .ok()
+}
+
+/// Takes the orphaned `record` out of the thread's orphan list; called by the drop of its
+/// last guard.
+pub(crate) fn take_orphan(record: NonNull<ThreadRec>) -> Option<Arc<ThreadRec>> {
+    with_orphans(|orphans| {
+        let index = orphans
+            .iter()
+            .position(|(_, other)| ptr::eq(Arc::as_ptr(other), record.as_ptr()))?;
+        Some(orphans.swap_remove(index).1)
+    })
+    .flatten()
 }
 
 /// Marks `record` as used since the last scan, without a read-modify-write.
