@@ -236,9 +236,6 @@ fn flush_takes_over_the_yield_increments_on_a_worker() {
 }
 
 #[test]
-#[ignore = "library bug: a flusher that arrives during an increment sleeps through the \
-            rest, which the worker runs unraised (Shared::flush / wait_until_idle in \
-            src/scheduler/shared.rs); run with --ignored once fixed"]
 fn flush_during_a_running_increment_takes_over_the_rest() {
     // `back_off(false)`: every `Yield` re-arms due at once, whatever the machine's load,
     // as it does with back-off on an idle machine (`cargo test --test lending` alone).

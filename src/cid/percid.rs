@@ -9,6 +9,8 @@
 //! it, and taking it again needs the space lock that the scan holds.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::scheduler::run::drop_payload;
 use std::ptr;
 use std::sync::Arc;
 
@@ -132,14 +134,16 @@ impl<T: Send + 'static> Trim for Slots<T> {
             let mut on_reclaim = lock(&self.on_reclaim);
             for mut value in detached {
                 if let Some(callback) = on_reclaim.as_mut() {
-                    if catch_unwind(AssertUnwindSafe(|| callback(&mut value))).is_err() {
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(&mut value))) {
                         tracing::error!(
                             "a PerCid on_reclaim callback panicked; the slot is dropped"
                         );
+                        drop_payload(payload);
                     }
                 }
-                if catch_unwind(AssertUnwindSafe(move || drop(value))).is_err() {
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
                     tracing::error!("dropping a reclaimed PerCid slot panicked");
+                    drop_payload(payload);
                 }
             }
         }))

@@ -10,7 +10,7 @@ use super::core::{load, store, Core, Shared};
 use super::handle::Handle;
 use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
-    State, CANCEL_WAITING, FIXED_PERIOD, ORPHANED, PENDING, REARM_REFUSED, RUNNING,
+    State, CANCEL_WAITING, FIXED_PERIOD, FLUSH_TAKEOVER, ORPHANED, PENDING, REARM_REFUSED, RUNNING,
     RUNNING_INCREMENT, STOPPED, YIELDED,
 };
 use super::WorkRef;
@@ -190,21 +190,23 @@ impl Shared {
             return false;
         }
         // A flush covers the instance pending when it started, plus the increments of a
-        // yielding work.
+        // yielding work. While it lasts, workers leave `Yield` increments to it
+        // (`FLUSH_TAKEOVER`), so the takeover does not depend on who gets the lock first.
         let mut take_pending = state.has(PENDING);
         let mut waited = false;
         let mut ran_here = false;
         let mut flusher = None;
-        loop {
+        set_flag(work, FLUSH_TAKEOVER);
+        let flushed = loop {
             let mut state = load(work.header());
-            // The run in progress when the flush started, and later `Yield` increments a
-            // worker took before us, are waited for; a run that `Again`/`After` armed is
-            // not (a busy self-re-arming work would never let `flush` return).
+            // The run in progress when the flush started, and a `Yield` increment a worker
+            // took before the takeover began, are waited for; a run that `Again`/`After`
+            // armed is not (a busy self-re-arming work would never let `flush` return).
             if state.has(RUNNING) && (!waited || state.has(RUNNING_INCREMENT)) {
                 waited = true;
                 let Ok(waiting) = waits::begin_wait(work) else {
                     // Waiting would close a wait cycle: as inside the own callback.
-                    return ran_here;
+                    break ran_here;
                 };
                 // Lend this thread's priority to the worker running it, where allowed.
                 core.lending.lend(frames::address(work), || {
@@ -222,7 +224,7 @@ impl Shared {
                 || !state.has(PENDING)
                 || !(take_pending || state.has(YIELDED))
             {
-                return true;
+                break true;
             }
             take_pending = false;
             ran_here = true;
@@ -249,7 +251,18 @@ impl Shared {
                 return leave_forked_child(true);
             }
             core = self.lock();
+        };
+        // Hand a left-over increment (one a worker skipped for us) back to the workers.
+        let mut state = load(work.header());
+        state.clear(FLUSH_TAKEOVER);
+        store(work.header(), state);
+        if state.has(PENDING) && !state.has(RUNNING) {
+            core.timers.make_ready(state.key());
+            let now = self.now_ns(&core);
+            let deadline = core.timers.deadline_ns(state.key());
+            self.kick(&mut core, deadline, now);
         }
+        flushed
     }
 
     pub(crate) fn disable(&self, work: &WorkRef) -> bool {
@@ -298,4 +311,11 @@ impl Shared {
         self.arm_after(&mut core, work, &mut state, nanos(delay));
         store(work.header(), state);
     }
+}
+
+/// Sets `flag` in `work`'s state word (under the core lock).
+fn set_flag(work: &WorkRef, flag: u64) {
+    let mut state = load(work.header());
+    state.set(flag);
+    store(work.header(), state);
 }

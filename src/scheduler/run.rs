@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use super::backoff::Backoff;
 use super::core::{load, store, Core, Shared};
 use super::state::{
-    State, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, YIELDED,
+    State, FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
+    STOPPED, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
@@ -43,7 +44,10 @@ impl Shared {
         while let Some(key) = core.timers.pop_ready() {
             let header = core.timers.value(key).header();
             let mut state = load(header);
-            if state.has(RUNNING) {
+            // Still running: detached, put back when the run completes. A `Yield`
+            // increment a flusher takes over: detached, the flusher takes it (or puts it
+            // back when it stops).
+            if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
                 continue;
             }
             let deadline_ns = core.timers.deadline_ns(key);

@@ -11,7 +11,7 @@
 //!   that set it may touch the closure. Together they give non-reentrancy: a due entry
 //!   whose work is still `RUNNING` is detached and goes back on the ready list when the run
 //!   ends.
-//! - The disable count (bits 10..32) refuses every arm while it is above zero, including the
+//! - The disable count (bits 11..32) refuses every arm while it is above zero, including the
 //!   running callback's own re-arm. It belongs to `disable`/`enable` alone.
 //! - `CANCEL_WAITING` refuses every arm while a `cancel_sync` (or a drop) waits for the
 //!   running instance, as the kernel's `cancel_delayed_work_sync` is "disable, flush,
@@ -48,11 +48,14 @@ pub(crate) const CANCEL_WAITING: u64 = 1 << 8;
 /// The run in progress is a `Yield` increment: a flusher waits for it and then takes
 /// over the rest, where it does not wait for a run that `Again`/`After` armed.
 pub(crate) const RUNNING_INCREMENT: u64 = 1 << 9;
+/// A flush is taking over the work's `Yield` increments: workers leave a pending
+/// increment to it instead of running it themselves.
+pub(crate) const FLUSH_TAKEOVER: u64 = 1 << 10;
 
-const DISABLE_SHIFT: u32 = 10;
+const DISABLE_SHIFT: u32 = 11;
 const DISABLE_ONE: u64 = 1 << DISABLE_SHIFT;
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
-pub(crate) const DISABLE_MAX: u64 = (1 << 22) - 1;
+pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
 const DISABLE_MASK: u64 = DISABLE_MAX << DISABLE_SHIFT;
 const KEY_SHIFT: u32 = 32;
 

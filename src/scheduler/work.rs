@@ -250,7 +250,7 @@ impl Work {
 
     /// Adds one level of disabling (the kernel's `disable_work`): while any is held nothing
     /// can arm the work. Also cancels a pending instance; returns whether there was one.
-    /// Nesting saturates at about 8 million levels.
+    /// Nesting saturates at about 2 million levels.
     ///
     /// # Examples
     ///
