@@ -120,6 +120,9 @@ impl Shared {
         };
         let mut state = load(work.header());
         let was_pending = self.disarm(&mut core, &mut state);
+        // After a `cancel_sync` only `schedule`/`reschedule` arm the work again: `touch`
+        // leaves it stopped, as after `Next::Stop`.
+        state.set(STOPPED);
         if !state.has(RUNNING) {
             store(work.header(), state);
             return was_pending;
@@ -201,8 +204,9 @@ impl Shared {
             let mut state = load(work.header());
             // The run in progress when the flush started, and a `Yield` increment a worker
             // took before the takeover began, are waited for; a run that `Again`/`After`
-            // armed is not (a busy self-re-arming work would never let `flush` return).
-            if state.has(RUNNING) && (!waited || state.has(RUNNING_INCREMENT)) {
+            // armed once the flush had waited for or run its instance is not (a busy
+            // self-re-arming work would never let `flush` return).
+            if state.has(RUNNING) && (!(waited || ran_here) || state.has(RUNNING_INCREMENT)) {
                 waited = true;
                 let Ok(waiting) = waits::begin_wait(work) else {
                     // Waiting would close a wait cycle: as inside the own callback.

@@ -136,7 +136,8 @@ impl Work {
 
     /// Activity hint: a parked work is armed for its period (at least the slack). On an
     /// already armed work this is one load (about 1 ns). It does nothing on a work that is
-    /// disabled, poisoned, stopped by [`Next::Stop`], or whose scheduler is gone.
+    /// disabled, poisoned, stopped by [`Next::Stop`] or [`cancel_sync`](Self::cancel_sync), or
+    /// whose scheduler is gone.
     ///
     /// A touch racing with the callback returning [`Next::Park`] is never lost: the work
     /// ends armed. If the callback decides to park by reading data the toucher wrote,
@@ -185,7 +186,7 @@ impl Work {
     /// Disarms the work, refuses every re-arm (including the running callback's own
     /// `Next::Again`) until it returns, and waits for a running instance to finish. Returns
     /// whether it was pending. Afterwards the callback does not run again until a later
-    /// `schedule`/`reschedule`/`touch`.
+    /// `schedule`/`reschedule`; `touch` does not re-arm it (as after [`Next::Stop`]).
     ///
     /// Called from inside the work's own callback it cannot wait for itself: it disarms,
     /// refuses this run's own re-arm, and returns at once. The same holds where waiting
