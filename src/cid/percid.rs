@@ -204,7 +204,9 @@ impl<T: Send + 'static> PerCid<T> {
         let slot = self.slots.slot(cid.get());
         assert!(
             slot.borrowed.load(Ordering::Relaxed) == 0,
-            "PerCid::with called re-entrantly on the same slot"
+            "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
+             already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
+             keep the nested state in a separate PerCid"
         );
         slot.borrowed.store(1, Ordering::Relaxed);
         struct Unborrow<'a>(&'a AtomicUsize);

@@ -280,6 +280,15 @@ impl SpaceInner {
 ///
 /// See the [module documentation](crate::cid) for the protocol and its guarantees.
 ///
+/// # The scheduler it runs on
+///
+/// The space's compaction work runs on the scheduler it was built with. Keep that
+/// scheduler alive as long as the space (or build it on [`global()`](crate::global)). If
+/// the scheduler shuts down first, ids keep working (unique and dense on `enter()`, and a
+/// thread's id is still released when it exits), but nothing reclaims the ids of idle
+/// threads any more and [`PerCid`](crate::PerCid) slots above the high water are no
+/// longer trimmed: memory then follows the peak concurrency instead of the live one.
+///
 /// # Examples
 ///
 /// ```

@@ -6,6 +6,13 @@ use crate::Scheduler;
 /// at `Nice(19)`), named `nicework`. It is never dropped. In a `fork()`ed child the
 /// first call starts a new one (the parent's is inert there).
 ///
+/// It is for short, non-blocking maintenance: its one worker is shared by every user in
+/// the process, so a callback that blocks (a connect, a disk read, a lock held elsewhere)
+/// or runs long delays everybody else's works. Give blocking or latency-critical jobs a
+/// scheduler of their own, with more [`workers`](crate::Builder::workers) and
+/// [`Priority::Normal`](crate::Priority::Normal) where they must not wait behind
+/// foreground threads.
+///
 /// In loom builds (`--cfg loom` with the `loom` feature) each call returns a new, leaked
 /// [`Scheduler::manual`], because loom state cannot outlive one model.
 ///

@@ -113,6 +113,8 @@ impl Scheduler {
     /// assert_eq!(work.stats().runs, 2);
     /// ```
     pub fn manual() -> Scheduler {
+        #[cfg(all(loom, not(feature = "loom")))]
+        warn_loom_without_feature();
         let shared = Shared::new(Builder::manual_config(), None, None);
         Scheduler::owning(Arc::new(shared))
     }
@@ -328,6 +330,21 @@ impl Scheduler {
     pub fn backs_off(&self) -> bool {
         self.shared().config.back_off
     }
+}
+
+/// A build with `--cfg loom` but without nicework's `loom` feature: the user's loom model
+/// runs on nicework's std primitives and explores none of nicework's interleavings. Said
+/// once per process.
+#[cfg(all(loom, not(feature = "loom")))]
+fn warn_loom_without_feature() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            "nicework is built with --cfg loom but without its `loom` feature: it uses std's \
+             primitives, so a loom model explores none of nicework's interleavings; enable \
+             the feature in [target.'cfg(loom)'.dependencies]"
+        );
+    });
 }
 
 impl Clone for Scheduler {
