@@ -172,9 +172,56 @@
 //! thread. A work's state is one atomic word written under the scheduler's lock and read
 //! lock-free, so `touch()` on an armed work is a single load.
 //!
-//! # Semantics
+//! # Guarantees
 //!
-#![doc = include_str!("semantics.md")]
+//! Works, as the kernel workqueue's:
+//!
+//! - A work never runs on two threads at once, and never before its deadline; the slack
+//!   only lets it run that much late, so that neighbouring deadlines share a wakeup.
+//! - `schedule` on a pending work changes nothing; only `reschedule` moves a deadline. A
+//!   zero delay runs at the next opportunity, and a re-arm below the slack is rounded up
+//!   to it, so `Next::Again` can never spin a core.
+//! - When `cancel_sync` or `drop` returns, the callback is not running and does not run
+//!   again (after `cancel_sync`, until `schedule`/`reschedule`); `drop` has freed the
+//!   closure. Re-arms are refused from the moment the call begins, and an `enable()`
+//!   without a matching `disable()` never lifts that refusal.
+//! - Waiting never deadlocks. From inside its own callback, `cancel_sync` and `drop`
+//!   cancel without waiting and `flush` returns `false`. The same holds where a wait would
+//!   close a cycle of callbacks waiting for each other (across schedulers too); a
+//!   `tracing` warning names both works.
+//! - A panic in a callback is caught: that work is poisoned, a `tracing` error event
+//!   names it, and everything else carries on. So is a panic while dropping the panic's
+//!   payload or the closure: nothing ever unwinds into a worker or into the caller.
+//! - Idle costs nothing: a parked work is in no timer structure, and with every work
+//!   parked the worker sleeps with no wakeups at all.
+//! - A `touch()` racing with the callback returning `Next::Park` is never lost.
+//! - Re-arming is fixed-delay: no burst of catch-up runs after a stall; lateness is
+//!   recorded in the stats.
+//! - The worker runs at its priority from its first instruction; a priority it cannot
+//!   take is a `build()` error.
+//! - `flush` runs a pending work on the caller, waits for a running one (raising its
+//!   worker to the caller's nice where the process may, never lowering what it could not
+//!   raise back), takes over `Next::Yield` increments, and never waits for a run that
+//!   `Again` armed meanwhile.
+//! - `fork()` inside a callback: in the child nicework runs nothing more and never reads
+//!   the parent's timer; schedulers from before a fork are inert in the child.
+//!
+//! Concurrency ids, as the kernel's `mm_cid`:
+//!
+//! - No two live guards hold the same id, and a thread that needs an id gets the lowest
+//!   free one.
+//! - Ids compact: a thread whose id is not below the number held moves down at its next
+//!   `enter()`, an idle thread loses its id within a scan period or two, and an exiting
+//!   thread releases its id at once. After the threads shrink from N to M, every id is
+//!   below M within two scan periods.
+//! - A guard keeps its id until it is dropped, also in a thread-local destroyed after
+//!   nicework's exit hook, and a nested `enter()` always returns the outer guard's id.
+//! - `enter()` on an id the thread holds performs no atomic read-modify-write, and an idle
+//!   space costs nothing (its compaction work parks).
+//! - `PerCid` slots above the high water go to `on_reclaim`, then are dropped.
+//!
+//! `tests/README.md` in the repository lists, for each guarantee, the tests and loom models
+//! that pin it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs, missing_debug_implementations)]
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.

@@ -1,4 +1,4 @@
-//! `Scheduler::run_chunked` (DESIGN.md, "Parallel cleanup").
+//! `Scheduler::run_chunked`: padata-style parallel cleanup.
 
 mod common;
 

@@ -1,4 +1,5 @@
-//! The concurrency-id semantics (DESIGN.md "Concurrency IDs" 1–7).
+//! The concurrency-id guarantees: unique, dense, compacting ids, an idle space that costs
+//! nothing, and per-id storage that follows the live concurrency.
 
 mod common;
 

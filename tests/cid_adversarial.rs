@@ -1,4 +1,5 @@
-//! Concurrency-id guarantee 8 (DESIGN.md "Concurrency IDs"), under the two conditions that
+//! A guard keeps its id until it is dropped, and a nested `enter()` returns the outer
+//! guard's id, under the two conditions that
 //! broke it: a guard that outlives nicework's own thread-exit hook (it lives in a
 //! thread-local destroyed after the hook), and nested `enter()` while the compaction scan
 //! is between revoking an id and giving it back.

@@ -146,9 +146,8 @@ fn closure_destructors_that_panic_are_contained_wherever_they_run() {
     }
 }
 
-/// Semantic 4: "afterwards the callback never runs again (until schedule after cancel_sync)";
-/// semantic 13 speaks of "the re-arm refusal ... of an earlier cancel_sync that has not
-/// been followed by schedule". Does touch() re-arm a cancel_sync'ed work?
+/// After `cancel_sync` the callback runs again only after `schedule` or `reschedule`:
+/// a `touch` does not re-arm it.
 #[test]
 fn touch_does_not_rearm_a_work_after_cancel_sync() {
     let sched = Scheduler::manual();

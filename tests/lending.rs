@@ -1,4 +1,4 @@
-//! Lending priority (DESIGN.md, "Lending priority"): `flush()` runs a pending work on the
+//! Lending priority: `flush()` runs a pending work on the
 //! caller, raises a running worker only where the process may, and takes over `Yield`
 //! increments. The privileged paths run as root; the same checks re-run as user 65534
 //! (no right: the flusher only waits), and, in an ignored test that needs

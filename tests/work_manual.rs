@@ -1,4 +1,4 @@
-//! The work semantics (DESIGN.md "Semantics that must hold: Work") on the manual
+//! The work semantics (the workqueue guarantees in the crate docs) on the manual
 //! scheduler, where time is virtual and every interleaving is chosen by the test.
 
 mod common;
@@ -106,7 +106,7 @@ fn advance_runs_each_work_at_its_deadline_in_order() {
     );
 }
 
-// Semantic 2
+// Schedule never moves a pending deadline; reschedule does.
 #[test]
 fn schedule_on_a_pending_work_changes_nothing() {
     let sched = Scheduler::manual();
@@ -131,7 +131,7 @@ fn reschedule_moves_the_deadline_and_reports_pending() {
     assert_eq!(sched.advance(MS), 1);
 }
 
-// Semantic 3
+// A zero delay runs at the next opportunity.
 #[test]
 fn zero_delay_runs_without_time_passing() {
     let sched = Scheduler::manual();
@@ -140,7 +140,7 @@ fn zero_delay_runs_without_time_passing() {
     assert_eq!(sched.advance(Duration::ZERO), 1);
 }
 
-// Semantic 4
+// Cancel_sync and drop refuse re-arms and wait for the run in progress.
 #[test]
 fn cancel_sync_returns_pending_and_the_work_never_runs_again() {
     let sched = Scheduler::manual();
@@ -194,7 +194,7 @@ fn cancel_does_not_refuse_the_running_callbacks_rearm() {
     );
 }
 
-// Semantic 5
+// From inside the own callback nothing waits for itself.
 #[test]
 fn cancel_sync_from_inside_the_callback_refuses_its_own_rearm() {
     let sched = Scheduler::manual();
@@ -289,7 +289,7 @@ fn every_for_drops_the_object_and_its_work_on_the_running_thread() {
     assert_eq!(sched.metrics().armed, 0);
 }
 
-// Semantic 6
+// A panic is caught and poisons only its work.
 #[test]
 fn a_panicking_callback_is_poisoned_and_others_carry_on() {
     let sched = Scheduler::manual();
@@ -312,7 +312,7 @@ fn a_panicking_callback_is_poisoned_and_others_carry_on() {
     assert_eq!(read(), 10);
 }
 
-// Semantic 7
+// Idle costs nothing.
 #[test]
 fn a_parked_work_is_in_no_timer_structure() {
     let sched = Scheduler::manual();
@@ -326,8 +326,8 @@ fn a_parked_work_is_in_no_timer_structure() {
         .all(|w| w.stats().runs == 1 && w.stats().parks == 1));
 }
 
-// Semantic 8 (the single-threaded orders; the racing ones are in the threaded tests and
-// the loom models)
+// A touch during a run is never lost (the single-threaded orders; the racing ones are
+// in the threaded tests and the loom models).
 #[test]
 fn touch_during_a_run_that_parks_leaves_the_work_armed() {
     let sched = Scheduler::manual();
@@ -367,7 +367,7 @@ fn stop_disarms_and_touch_no_longer_arms_but_schedule_does() {
     assert_eq!(sched.advance(MS), 1);
 }
 
-// Semantic 9
+// Fixed-delay re-arm.
 #[test]
 fn again_is_fixed_delay_from_the_end_of_the_run() {
     let sched = Scheduler::manual();

@@ -12,7 +12,7 @@ use nicework::{Next, Priority, Scheduler, Work};
 
 const MS: Duration = Duration::from_millis(1);
 
-// Semantic 1
+// One work never runs on two threads at once.
 #[test]
 fn a_work_never_runs_on_two_workers_at_once() {
     let sched = Scheduler::builder().workers(2).build().unwrap();
@@ -65,7 +65,7 @@ fn a_due_work_runs_on_a_worker_thread() {
     assert_eq!(name.as_deref(), Some("semantic-0"));
 }
 
-// Semantic 3
+// A zero delay runs at the next opportunity.
 #[test]
 fn zero_delay_does_not_wait_for_the_next_tick() {
     // With a 10 s slack the next tick is up to 10 s away; delay zero must not wait for it.
@@ -103,7 +103,7 @@ fn an_earlier_deadline_reprograms_the_sleeping_worker() {
     assert!(far.is_pending());
 }
 
-// Semantic 4
+// Cancel_sync and drop refuse re-arms and wait for the run in progress.
 #[test]
 fn cancel_sync_waits_for_the_running_callback_and_refuses_its_rearm() {
     let sched = Scheduler::new().unwrap();
@@ -162,7 +162,7 @@ fn drop_waits_for_the_running_callback_and_frees_the_closure() {
     assert!(dropped.load(Ordering::SeqCst));
 }
 
-// Semantic 5
+// From inside the own callback nothing waits for itself.
 #[test]
 fn cancel_flush_and_drop_from_inside_the_callback_on_a_worker() {
     let sched = Scheduler::new().unwrap();
@@ -189,7 +189,7 @@ fn cancel_flush_and_drop_from_inside_the_callback_on_a_worker() {
     assert_eq!(sched.metrics().armed, 0);
 }
 
-// Semantic 6
+// A panic is caught and poisons only its work.
 #[test]
 fn a_panic_on_a_worker_poisons_only_that_work() {
     let sched = Scheduler::new().unwrap();
@@ -209,7 +209,7 @@ fn a_panic_on_a_worker_poisons_only_that_work() {
     assert_eq!(bad.stats().runs, 1);
 }
 
-// Semantic 7
+// Idle costs nothing.
 #[test]
 fn with_every_work_parked_the_worker_sleeps_without_wakeups() {
     let sched = Scheduler::new().unwrap();
@@ -228,7 +228,7 @@ fn with_every_work_parked_the_worker_sleeps_without_wakeups() {
     );
 }
 
-// Semantic 8
+// A touch racing with a run that parks is never lost.
 #[test]
 fn touch_racing_with_park_is_never_lost() {
     let sched = Scheduler::new().unwrap();
@@ -257,7 +257,7 @@ fn touch_racing_with_park_is_never_lost() {
     }
 }
 
-// Semantic 9
+// Fixed-delay re-arm, lateness recorded.
 #[test]
 fn a_stalled_work_is_rearmed_from_the_end_of_its_run_and_lateness_is_recorded() {
     let sched = Scheduler::new().unwrap();
@@ -295,7 +295,7 @@ fn a_stalled_work_is_rearmed_from_the_end_of_its_run_and_lateness_is_recorded() 
     assert!(late.stats().lateness_max >= 10 * MS);
 }
 
-// Semantic 10
+// The worker runs at its priority from its first run.
 #[test]
 fn the_worker_runs_at_its_priority_from_the_first_run() {
     for (priority, nice, policy) in [

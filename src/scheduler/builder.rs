@@ -85,9 +85,10 @@ impl Builder {
 
     /// Whether a worker defers the next increment of a work returning
     /// [`Next::Yield`](crate::Next::Yield) while more threads are runnable machine-wide
-    /// than there are online CPUs (on by default). This is what keeps a saturating maintenance load below 1 % of
-    /// the foreground's throughput: `setpriority` alone leaves 1–4 % on a 2-core machine
-    /// (see the README, "Why low priority"). The cost is one read of `/proc/loadavg` per
+    /// than there are online CPUs (on by default). This is what keeps a saturating
+    /// maintenance load from taking measurable throughput from the foreground, which nice
+    /// 19 alone does not (the README's "Why low priority" has the figures). The cost is one
+    /// read of `/proc/loadavg` per
     /// increment, and under contention the load makes almost no progress of its own until
     /// a CPU is free or someone [`flush`](crate::Work::flush)es it.
     ///

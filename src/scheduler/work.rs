@@ -135,7 +135,7 @@ impl Work {
     }
 
     /// Activity hint: a parked work is armed for its period (at least the slack). On an
-    /// already armed work this is one load (about 1 ns). It does nothing on a work that is
+    /// already armed work this is one load. It does nothing on a work that is
     /// disabled, poisoned, stopped by [`Next::Stop`] or [`cancel_sync`](Self::cancel_sync), or
     /// whose scheduler is gone.
     ///
