@@ -148,7 +148,10 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
 fn an_id_space_from_before_the_fork_keeps_working_in_the_child_without_its_lock() {
     let sched = Scheduler::new().unwrap();
     let ids = Arc::new(nicework::IdSpace::new(&sched));
-    let forking_thread_id = ids.enter().get();
+    // Held across the forks: on a loaded machine the forks can take longer than two scan
+    // periods, and the scan would reclaim the id of an idle forking thread.
+    let pinned = ids.enter();
+    let forking_thread_id = pinned.get();
     // Other threads keep taking the space's lock (entering, exiting: acquire, release),
     // so the fork is likely to land while it is held.
     let stop = Arc::new(AtomicBool::new(false));
@@ -205,6 +208,7 @@ fn an_id_space_from_before_the_fork_keeps_working_in_the_child_without_its_lock(
     }
     stop.store(true, Ordering::Relaxed);
     churn.join().unwrap();
+    drop(pinned);
 }
 
 /// A pipe whose write end callbacks use to report which process ran them.
