@@ -46,24 +46,23 @@ pub(crate) use imp::*;
 /// (user callbacks run unlocked and inside `catch_unwind`), so a poisoned lock can only come
 /// from a bug that already reported itself, and the data is still consistent.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    ignore_poison(mutex.lock())
+}
+
+/// The one poison rule, for both kinds of mutex: a poisoned guard is used as it is.
+fn ignore_poison<G>(result: std::sync::LockResult<G>) -> G {
+    result.unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// [`lock`] for a std mutex that is never part of a loom model (thread bookkeeping,
 /// `run_chunked`'s results).
 pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    ignore_poison(mutex.lock())
 }
 
 /// Waits on `condvar`, ignoring poisoning for the reason given at [`lock`].
 pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-    condvar
-        .wait(guard)
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    ignore_poison(condvar.wait(guard))
 }
 
 /// A load that must observe the caller's earlier `SeqCst` writes in the single total

@@ -27,20 +27,26 @@ pub(crate) struct SpaceState {
     trims: Vec<Weak<dyn Trim>>,
 }
 
+/// One id space. Tags: `I:` set at build, read-only after; `L:` guarded by `state`'s
+/// lock; `A:` atomic, with its writers named.
 pub(crate) struct SpaceInner {
+    /// I: the space's number in the threads' registries.
     pub(crate) serial: u64,
+    /// L: the owned-id bitmap, the thread records and the per-id storages to trim.
     state: Mutex<SpaceState>,
-    /// Mirrors of the state for lock-free readers; written under the lock.
+    /// A: mirrors of `state` for lock-free readers, written under the lock (`publish`).
     held: AtomicUsize,
+    /// A: as `held`.
     high_water: AtomicUsize,
+    /// A: as `held`.
     threads: AtomicUsize,
-    /// The compaction work. Its closure holds a `Weak` to this space.
+    /// I: the compaction work. Its closure holds a `Weak` to this space.
     work: Work,
-    /// The fork generation the space was made in: in a forked child its lock may have
+    /// I: the fork generation the space was made in: in a forked child its lock may have
     /// been held by a thread that is gone, so the child never takes it (see
     /// `in_forked_child`).
     fork_generation: u64,
-    /// Ids handed out in a forked child, counted from the high water at the fork. A std
+    /// A (forked child only): ids handed out there, counted from the high water at the fork. A std
     /// atomic: it is never part of a loom model.
     child_ids: std::sync::atomic::AtomicUsize,
 }
@@ -263,11 +269,20 @@ impl SpaceInner {
         }
     }
 
-    /// A guard for a thread whose locals are being torn down: an id just for this guard.
+    /// A guard for a thread whose locals are being torn down and that holds no record for
+    /// this space: a late orphan record (see `thread::late_orphan`), so that nested
+    /// `enter()`s return the same id; failing that, an id just for this guard.
     #[cold]
-    fn enter_transient(&self) -> Cid<'_> {
+    fn enter_transient(self: &Arc<Self>) -> Cid<'_> {
         if self.in_forked_child() {
             return Cid::new(self, None, self.child_id());
+        }
+        if let Some(pointer) = thread::late_orphan(self) {
+            // SAFETY: the record was just made and is owned by this thread's orphan list,
+            // which only the drop of its last guard (the one returned here) empties.
+            let record = unsafe { pointer.as_ref() };
+            let id = self.acquire(record);
+            return Cid::new(self, Some(pointer), id);
         }
         let mut state = lock(&self.state);
         let id = state.ids.take_lowest();

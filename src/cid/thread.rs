@@ -23,19 +23,23 @@ pub(crate) const ORPHANED: usize = 1 << (usize::BITS - 1);
 /// lock).
 #[derive(Debug)]
 pub(crate) struct ThreadRec {
-    /// The id this thread owns, or `NO_ID`.
+    /// A: the id this thread owns, or `NO_ID`. Written by its thread under the space lock
+    /// (`acquire`) and by the scan under the lock (revoke, give back); read lock-free by
+    /// the thread's `enter()`.
     pub(crate) cid: AtomicUsize,
-    /// The id the thread last took, set with `cid` by its `acquire`. Only the thread reads
+    /// X (only its thread): the id the thread last took, set with `cid` by its `acquire`. Only the thread reads
     /// or writes it. `cid` is always `NO_ID` or `own`: only `acquire` gives `cid` a new id;
     /// the scan revokes it (`NO_ID`) and gives the same id back or frees it. So while the
     /// thread is pinned, `own` is its outermost guard's id, and a nested `enter()` returns
     /// it: `cid` may read `NO_ID` then, between a scan's revoke and its give-back.
     pub(crate) own: AtomicUsize,
-    /// Live guards on this thread (nesting depth), plus `ORPHANED` once the thread's exit
-    /// hook ran; only the thread writes it.
+    /// A: live guards on this thread (nesting depth), plus `ORPHANED` once the thread's
+    /// exit hook ran; only the thread writes it, the scan reads it.
     pub(crate) pin: AtomicUsize,
-    /// Entered since the last scan (1) or not (0); a heuristic for the reclaimer only.
+    /// A: entered since the last scan (1) or not (0); set by the thread, cleared by the
+    /// scan; a heuristic for the reclaimer only.
     pub(crate) used: AtomicUsize,
+    /// I: the space this record belongs to.
     pub(crate) space: Weak<SpaceInner>,
 }
 
@@ -119,7 +123,7 @@ thread_local! {
 // loom took the thread's other locals away, so it stays reachable until the thread is gone.
 // (Loom takes every local away before running any destructor, and runs them in an order
 // that varies: a user's destructor that runs before the registry's cannot reach the
-// registry, so a nested `enter()` there gets a transient id. Std has no such state.)
+// registry: its `enter()` makes a late orphan, as after the registry's destruction.)
 #[cfg(all(loom, feature = "loom"))]
 thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
@@ -201,6 +205,21 @@ fn with_orphans<R>(f: impl FnOnce(&mut Records) -> R) -> Option<R> {
             result
         })
         .ok()
+}
+
+/// After the thread's exit hook ran, a record for `space` made directly as an orphan, for
+/// an `enter()` from a late thread-local destructor that found none: pinned (`ORPHANED` +
+/// one guard), registered with the space, and in the orphan list, so that nested
+/// `enter()`s find it and the guard's drop releases its id and frees it as for any orphan.
+/// `None` if the orphan list is unreachable (see `ORPHANS`).
+pub(crate) fn late_orphan(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
+    let record = Arc::new(ThreadRec::new(Arc::downgrade(space)));
+    record.pin.store(ORPHANED | 1, Ordering::Relaxed);
+    let pointer = NonNull::from(&*record);
+    let kept = record.clone();
+    with_orphans(move |orphans| orphans.push((space.serial, kept)))?;
+    space.add_thread(record);
+    Some(pointer)
 }
 
 /// Takes the orphaned `record` out of the thread's orphan list; called by the drop of its

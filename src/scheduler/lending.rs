@@ -67,9 +67,13 @@ pub struct LendingStats {
 
 /// The lending bookkeeping, inside the scheduler's core lock.
 #[derive(Debug, Default)]
+/// Priority lending, all of it guarded by the core lock (it lives in `Core`).
 pub(crate) struct Lending {
+    /// I: the lowest nice a flusher may raise a worker to, read at build.
     limit: Option<i32>,
+    /// L: one slot per worker: its thread, what it runs, what it was lent.
     slots: Vec<RunSlot>,
+    /// L: what flushes did.
     pub(crate) stats: LendingStats,
 }
 

@@ -59,8 +59,11 @@ impl WorkStats {
     }
 }
 
+/// A work's statistics. Tags: `A:` atomic, with its writers named. Relaxed loads and
+/// stores, no read-modify-write: each field has one writer at a time.
 #[derive(Debug)]
 pub(crate) struct StatsCounters {
+    /// A: completed runs; written under the core lock as a run completes (`count_run`).
     runs: AtomicU64,
     parks: AtomicU64,
     busy_total_ns: AtomicU64,

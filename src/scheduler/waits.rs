@@ -12,11 +12,12 @@
 //!   on my frame stack wait for `target`". Registration and the cycle check happen
 //!   together under one process-wide lock, so of two threads closing a cycle the second
 //!   one to register sees the first one's edge.
-//! - The check follows edges from `target`: the waiter whose frames hold `target` (that is
-//!   where `target` is executing) waits for its own target, and so on. Reaching one of our
-//!   own frames means the wait would close a cycle: the caller does not wait and behaves
-//!   as inside the own callback. A chain that ends at a work nobody registered as waiting
-//!   can still finish, so the caller waits.
+//! - The check searches the edges from `target`: every waiter whose frames hold `target`
+//!   (where `target` is executing, or a `run_chunked` helper running on its behalf) waits
+//!   for its own target, and so on. Reaching one of our own frames means the wait would
+//!   close a cycle: the caller does not wait and behaves as inside the own callback. If
+//!   every path ends at a work nobody registered as waiting, those can still finish, so
+//!   the caller waits.
 //! - An edge stays registered for exactly the duration of the wait (the registration is a
 //!   guard); the waiter re-checks its condition under the scheduler's lock, so a stale
 //!   edge never makes anyone wait, it can only report a cycle that is real at that moment
@@ -49,17 +50,20 @@ struct Graph {
 impl Graph {
     /// Whether waiting for `target` by a thread holding `mine` closes a cycle.
     fn closes_cycle(&self, mine: &[usize], target: usize) -> bool {
-        let mut current = target;
-        // Every step moves to another edge; a chain longer than the edge count repeats
-        // one, which is a cycle that does not pass through us (impossible: it would have
-        // been broken when it formed).
-        for _ in 0..=self.edges.len() {
+        // A work may be held by several blocked threads at once (a `run_chunked` caller
+        // and its helpers, which run on its behalf), so this is a search over every edge
+        // that holds the current work, not a walk along one chain.
+        let mut seen = vec![false; self.edges.len()];
+        let mut reached = vec![target];
+        while let Some(current) = reached.pop() {
             if mine.contains(&current) {
                 return true;
             }
-            match self.edges.iter().find(|edge| edge.holds.contains(&current)) {
-                Some(edge) => current = edge.target,
-                None => return false,
+            for (index, edge) in self.edges.iter().enumerate() {
+                if !seen[index] && edge.holds.contains(&current) {
+                    seen[index] = true;
+                    reached.push(edge.target);
+                }
             }
         }
         false
@@ -198,6 +202,18 @@ mod tests {
             holds: holds.to_vec(),
             target,
         }
+    }
+
+    #[test]
+    fn every_edge_that_holds_a_work_is_followed() {
+        // Work 1 is held by two blocked threads (a run_chunked caller and a helper): one
+        // waits for 9, where nothing waits; the other waits for 3, which waits for us.
+        let graph = Graph {
+            next_serial: 3,
+            edges: vec![edge(0, &[5, 1], 9), edge(1, &[6, 1], 3), edge(2, &[3], 7)],
+        };
+        assert!(graph.closes_cycle(&[7], 1));
+        assert!(!graph.closes_cycle(&[8], 1));
     }
 
     #[test]

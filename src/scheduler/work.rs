@@ -223,7 +223,10 @@ impl Work {
     ///   only waits: the library never lowers a thread it could not raise back.
     /// - **Incremental:** a work that returns [`Next::Yield`] is taken over: the flusher
     ///   runs the remaining increments itself, so a long cleanup never crawls at nice 19
-    ///   while someone waits for it.
+    ///   while someone waits for it. The instance ends when an increment returns anything
+    ///   but `Yield`; a work that yields for ever (a poller) never ends one, so its flush
+    ///   returns only once it is cancelled or disabled from another thread. Poll with
+    ///   `Again`/`After` instead.
     ///
     /// [`Scheduler::metrics`] counts which of these happened (`lending`).
     ///
