@@ -23,16 +23,24 @@ const BUCKETS: usize = usize::BITS as usize;
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
+/// One id's storage. Tags: `O:` only the thread owning the id (pinned), or the scan
+/// while nobody owns it; `A:` atomic, with its writers named.
 struct Slot<T> {
+    /// O: the value, created lazily.
     value: UnsafeCell<Option<T>>,
-    /// Set while a `with` runs on this slot; only the id's owner touches it.
+    /// A: set while a `with` runs on this slot; only the id's owner touches it.
     borrowed: AtomicUsize,
 }
 
+/// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex.
 struct Slots<T> {
+    /// A: bucket arrays, allocated on first use (compare-exchange) and freed at drop.
     buckets: [AtomicPtr<Slot<T>>; BUCKETS],
+    /// I: makes a slot's first value.
     init: Init<T>,
+    /// M: the reclaim callback; run by the scan outside the space lock.
     on_reclaim: Mutex<Option<Reclaim<T>>>,
+    /// A: slots holding a value; owners add, the scan's trim subtracts.
     live: AtomicUsize,
 }
 

@@ -69,15 +69,25 @@ enum End {
 const CHUNKS_PER_THREAD: usize = 4;
 
 /// One job, on the caller's stack.
+/// One `run_chunked` call, shared by the caller and its helpers. Tags: `I:` set before any
+/// helper starts, read-only after; `A:` atomic; `M:` its own mutex.
 struct Job<'f, E> {
+    /// I: the range and the chunk length.
     start: usize,
+    /// I: as `start`.
     end: usize,
+    /// I: as `start`.
     chunk: usize,
-    /// Unclaimed chunks are `front..back`: `front` in the high half, `back` in the low.
+    /// A: unclaimed chunks are `front..back`: `front` in the high half, `back` in the low;
+    /// claimed by compare-exchange from either end.
     unclaimed: AtomicU64,
+    /// A: set by the first error or panic; every thread checks it before claiming.
     stop: AtomicBool,
+    /// M: the first error.
     error: Mutex<Option<E>>,
+    /// M: the first panic's payload.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// I: the caller's closure.
     f: &'f (dyn Fn(Range<usize>) -> Result<(), E> + Sync),
 }
 
