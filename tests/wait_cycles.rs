@@ -9,71 +9,18 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use nicework::{Next, Scheduler, Work};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
 
-// === a subscriber that keeps the warnings ===
-
-struct Warnings(Mutex<Vec<String>>);
-
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={:?} ", field.name(), value));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push_str(&format!("{}={} ", field.name(), value));
-    }
-}
-
-struct Capture(&'static Warnings);
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        if *event.metadata().level() == Level::WARN {
-            let mut fields = Fields(String::new());
-            event.record(&mut fields);
-            self.0 .0.lock().unwrap().push(fields.0);
-        }
-    }
-
-    fn enter(&self, _: &Id) {}
-
-    fn exit(&self, _: &Id) {}
-}
-
-fn warnings() -> &'static Warnings {
-    static WARNINGS: OnceLock<&'static Warnings> = OnceLock::new();
-    WARNINGS.get_or_init(|| {
-        let warnings: &'static Warnings = Box::leak(Box::new(Warnings(Mutex::new(Vec::new()))));
-        tracing::subscriber::set_global_default(Capture(warnings)).unwrap();
-        warnings
-    })
+fn warnings() -> &'static std::sync::Mutex<Vec<String>> {
+    &common::events::captured().warnings
 }
 
 /// The cycle warnings that name both `a` and `b`.
 fn cycle_warnings_naming(a: &str, b: &str) -> usize {
     warnings()
-        .0
         .lock()
         .unwrap()
         .iter()

@@ -2,6 +2,8 @@
 //! bounds (generous timeouts) and measurements are counts.
 #![allow(dead_code)]
 
+pub mod events;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
