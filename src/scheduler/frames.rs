@@ -9,6 +9,8 @@
 //!
 //! A frame is a raw pointer to the work: [`Shared::execute`] holds a counted reference
 //! for as long as the frame is on the stack, so the pointer is valid while it is there.
+//! A `run_chunked` helper also carries its caller's frames (`enter_on_behalf`); the caller
+//! waits for the helper's run to end before its own `execute` lets go of them.
 //!
 //! [`Shared::execute`]: crate::scheduler::core::Shared::execute
 
@@ -107,7 +109,9 @@ pub(crate) fn innermost_name() -> Option<String> {
     RUNNING_HERE.with(|stack| {
         stack.borrow().last().map(|frame| {
             // SAFETY: a frame is on the stack only while `execute` holds a counted
-            // reference to its work (see the module docs).
+            // reference to its work, on this thread or, for a frame pushed by
+            // `enter_on_behalf`, on the `run_chunked` caller's thread, which does not
+            // return before this helper's run ended (see the module docs).
             unsafe { &**frame }.name().to_owned()
         })
     })
