@@ -7,12 +7,9 @@
 //! "released at exit" guarantee is tested with real threads in `tests/cid.rs`; here an
 //! exited thread simply keeps its id, which the uniqueness checks must tolerate.
 //!
-//! A guard that outlives nicework's exit hook (guarantee 8) is tested with real threads
-//! and AddressSanitizer in `tests/cid_adversarial.rs` instead: loom 0.7 takes all of a
-//! finishing thread's locals away before it runs any of their destructors, and runs them
-//! in `HashMap` order, which changes from one execution to the next, so a model can
-//! neither put a user's thread-local destructor after nicework's nor stay deterministic if
-//! it depended on their order.
+//! A guard that outlives nicework's exit hook is modelled in `cid_exit_hook.rs` (the
+//! thread runs the hook itself: loom cannot order thread-local destructors) and tested
+//! with real threads and AddressSanitizer in `tests/cid_adversarial.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -104,4 +104,14 @@ mod space;
 mod thread;
 
 pub use percid::PerCid;
+
+/// Loom models only (`--cfg loom` with the `loom` feature): runs the calling thread's
+/// nicework thread-exit hook now, as if the thread were exiting while the guards it holds
+/// live in thread-locals destroyed after the hook. Loom cannot order thread-local
+/// destructors, so `loom-tests/tests/cid_exit_hook.rs` uses this to model that case.
+#[cfg(all(loom, feature = "loom"))]
+#[doc(hidden)]
+pub fn run_thread_exit_hook_for_loom() {
+    thread::run_exit_hook_now();
+}
 pub use space::{Cid, IdSpace, IdSpaceBuilder};

@@ -72,26 +72,32 @@ impl Drop for Registry {
     /// destructor: nested `enter()`s made later in the teardown find it there, and the last
     /// guard's drop releases the id and frees the record.
     fn drop(&mut self) {
-        // The cache must not point into records that are going away.
-        // `try_with`: loom destroys its mock thread-locals in any order.
-        let _ = LAST.try_with(|last| last.set(NO_RECORD));
-        let mut orphans = Records::new();
-        for (serial, record) in self.records.get_mut().drain(..) {
-            let pin = record.pin.load(Ordering::Relaxed);
-            if pin != 0 {
-                // Relaxed: only this thread reads the bit; the scan only asks `pin != 0`.
-                record.pin.store(pin | ORPHANED, Ordering::Relaxed);
-                orphans.push((serial, record));
-            } else if let Some(space) = record.space.upgrade() {
-                space.release_thread(&record);
-            }
+        exit_hook(self.records.get_mut());
+    }
+}
+
+/// The thread-exit hook's work: releases the ids of `records` that no guard pins and
+/// orphans the others (see `Registry::drop`).
+fn exit_hook(records: &mut Records) {
+    // The cache must not point into records that are going away.
+    // `try_with`: loom destroys its mock thread-locals in any order.
+    let _ = LAST.try_with(|last| last.set(NO_RECORD));
+    let mut orphans = Records::new();
+    for (serial, record) in records.drain(..) {
+        let pin = record.pin.load(Ordering::Relaxed);
+        if pin != 0 {
+            // Relaxed: only this thread reads the bit; the scan only asks `pin != 0`.
+            record.pin.store(pin | ORPHANED, Ordering::Relaxed);
+            orphans.push((serial, record));
+        } else if let Some(space) = record.space.upgrade() {
+            space.release_thread(&record);
         }
-        if !orphans.is_empty() && with_orphans(|list| list.append(&mut orphans)).is_none() {
-            // Unreachable: `ORPHANS` has no destructor (in loom builds it is first used
-            // here, after loom took the thread's locals away). Freeing the records would
-            // free them under live guards; leak them, and their ids, instead.
-            std::mem::forget(orphans);
-        }
+    }
+    if !orphans.is_empty() && with_orphans(|list| list.append(&mut orphans)).is_none() {
+        // Unreachable: `ORPHANS` has no destructor (in loom builds it is first used
+        // here, after loom took the thread's locals away). Freeing the records would
+        // free them under live guards; leak them, and their ids, instead.
+        std::mem::forget(orphans);
     }
 }
 
@@ -132,6 +138,24 @@ thread_local! {
     static ORPHANS: Cell<*mut Records> = Cell::new(ptr::null_mut());
 }
 
+// Loom only: set once `run_exit_hook_now` ran, so lookups behave as after the registry's
+// destruction (loom cannot order thread-local destructors; see `run_exit_hook_now`).
+#[cfg(all(loom, feature = "loom"))]
+thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    static EXITED: Cell<bool> = Cell::new(false);
+}
+
+/// Loom only: runs the thread-exit hook on the calling thread now, as if the thread were
+/// exiting while the guards it holds live in thread-locals destroyed after the hook. Loom
+/// takes all of a finishing thread's locals away before running any destructor, in an
+/// order that varies, so a model cannot arrange that order itself.
+#[cfg(all(loom, feature = "loom"))]
+pub(crate) fn run_exit_hook_now() {
+    REGISTRY.with(|registry| exit_hook(&mut registry.records.borrow_mut()));
+    EXITED.with(|exited| exited.set(true));
+}
+
 /// `LAST` when empty.
 const NO_RECORD: (u64, NonNull<ThreadRec>) = (0, NonNull::dangling());
 
@@ -152,6 +176,10 @@ pub(crate) fn record(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
 
 #[cold]
 fn find_or_register(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
+    #[cfg(all(loom, feature = "loom"))]
+    if EXITED.with(Cell::get) {
+        return with_orphans(|orphans| find(orphans, space.serial)).flatten();
+    }
     match REGISTRY.try_with(|registry| lookup_or_register(registry, space)) {
         Ok(record) => Some(record),
         // The exit hook ran (or runs): only orphans are left.
