@@ -18,6 +18,9 @@ const PURGE_PERIOD: Duration = Duration::from_millis(20);
 struct Shard {
     entries: Mutex<HashMap<u64, (String, Instant)>>,
     purge: Mutex<Option<Work>>,
+    /// The scheduler's clock: `Instant::now()` would break when this code runs on a
+    /// `Scheduler::manual()` in a test, where time is virtual.
+    clock: Scheduler,
 }
 
 impl Shard {
@@ -25,12 +28,13 @@ impl Shard {
         let shard = Arc::new(Shard {
             entries: Mutex::new(HashMap::new()),
             purge: Mutex::new(None),
+            clock: sched.clone(),
         });
         // The work reaches the shard through a Weak (the shard owns the work), and stops
         // by itself once the shard is gone.
         let purge = sched
-            .every_for(&shard, PURGE_PERIOD, |shard, _cx| {
-                let now = Instant::now();
+            .every_for(&shard, PURGE_PERIOD, |shard, cx| {
+                let now = cx.scheduler().now();
                 let mut entries = shard.entries.lock().unwrap();
                 entries.retain(|_, (_, expires)| *expires > now);
                 if entries.is_empty() {
@@ -48,7 +52,7 @@ impl Shard {
         self.entries
             .lock()
             .unwrap()
-            .insert(key, (value, Instant::now() + TTL));
+            .insert(key, (value, self.clock.now() + TTL));
         // Arms the purge for its period if it was parked; ~2 ns if it is already armed.
         if let Some(purge) = &*self.purge.lock().unwrap() {
             purge.touch();

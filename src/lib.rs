@@ -131,6 +131,11 @@
 //!
 //! # Testing your code
 //!
+//! Read time from the scheduler, not from `Instant::now()`: `cx.scheduler().now()` inside
+//! a callback and `sched.now()` elsewhere. On a real scheduler that is the real clock; on
+//! a manual one it is the virtual clock that [`Scheduler::advance`] moves, so the same code
+//! (a purge that compares expiry times, say) works unchanged in a test.
+//!
 //! [`Scheduler::manual`] has no threads and a virtual clock: [`Scheduler::advance`] runs
 //! due works on the calling thread in deadline order, so a test of your type is exact:
 //!

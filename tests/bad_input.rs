@@ -132,12 +132,23 @@ fn dropping_the_scheduler_from_its_own_callback_does_not_deadlock() {
 }
 
 #[test]
-fn advance_on_a_threaded_scheduler_does_nothing() {
+fn advance_on_a_threaded_scheduler_panics_naming_manual() {
     let sched = Scheduler::new().unwrap();
     let work = sched.work(|_| Next::Park);
     work.schedule(Duration::from_secs(3600));
-    assert_eq!(sched.advance(Duration::from_secs(7200)), 0);
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sched.advance(Duration::from_secs(7200))
+    }))
+    .expect_err("advance on a threaded scheduler must panic");
+    let message = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    assert!(message.contains("Scheduler::manual()"), "{message}");
+    // Nothing ran and nothing changed: the work is still armed for its real deadline.
     assert!(work.is_pending());
+    assert_eq!(work.stats().runs, 0);
 }
 
 #[test]

@@ -219,7 +219,16 @@ impl Scheduler {
     ///
     /// A work that keeps returning [`Next::Yield`] keeps running at the same virtual
     /// instant, as it would keep a real worker busy, so `advance` returns once it stops
-    /// yielding. On a threaded scheduler this does nothing and returns 0.
+    /// yielding.
+    ///
+    /// In a `fork()`ed child a scheduler from before the fork is inert: `advance` returns 0
+    /// there.
+    ///
+    /// # Panics
+    ///
+    /// On a scheduler with worker threads: its time is the real clock, which `advance`
+    /// cannot move. Tests that drive time use [`Scheduler::manual`] (as tokio's
+    /// `time::advance` panics when time is not paused).
     ///
     /// # Examples
     ///
@@ -233,9 +242,14 @@ impl Scheduler {
     /// assert_eq!(sched.advance(Duration::from_millis(1)), 1);
     /// ```
     pub fn advance(&self, by: Duration) -> usize {
-        if !self.is_manual() {
+        if self.shared().is_forked_copy() {
             return 0;
         }
+        assert!(
+            self.is_manual(),
+            "Scheduler::advance called on a scheduler with worker threads: its time is the \
+             real clock; make the scheduler with Scheduler::manual() to drive time in a test"
+        );
         self.shared().advance(self, by)
     }
 
