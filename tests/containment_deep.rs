@@ -8,6 +8,22 @@ use std::time::{Duration, Instant};
 
 use nicework::{Next, Scheduler, Work};
 
+/// Asserts that `sched`'s worker still runs a fresh work (its thread did not die).
+fn assert_runs_a_work(sched: &Scheduler) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let w = sched.work(move |_| {
+        r.store(true, Ordering::SeqCst);
+        Next::Park
+    });
+    w.schedule(Duration::ZERO);
+    let start = Instant::now();
+    while !ran.load(Ordering::SeqCst) {
+        assert!(start.elapsed() < Duration::from_secs(10), "worker died");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// A payload whose Drop panics with a payload whose Drop panics with ... `depth` levels.
 struct Bomb(u32);
 impl Drop for Bomb {
@@ -52,18 +68,7 @@ fn payloads_that_panic_on_drop_levels_deep_are_contained() {
         w2.cancel_sync();
     }
     // the worker still runs works
-    let ran = Arc::new(AtomicBool::new(false));
-    let r = ran.clone();
-    let w = sched.work(move |_| {
-        r.store(true, Ordering::SeqCst);
-        Next::Park
-    });
-    w.schedule(Duration::ZERO);
-    let start = Instant::now();
-    while !ran.load(Ordering::SeqCst) {
-        assert!(start.elapsed() < Duration::from_secs(10), "worker died");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert_runs_a_work(&sched);
 }
 
 #[test]
@@ -132,18 +137,7 @@ fn closure_destructors_that_panic_are_contained_wherever_they_run() {
     drop(late);
     // still alive: a fresh scheduler works
     let sched = Scheduler::new().unwrap();
-    let ran = Arc::new(AtomicBool::new(false));
-    let r = ran.clone();
-    let w = sched.work(move |_| {
-        r.store(true, Ordering::SeqCst);
-        Next::Park
-    });
-    w.schedule(Duration::ZERO);
-    let start = Instant::now();
-    while !ran.load(Ordering::SeqCst) {
-        assert!(start.elapsed() < Duration::from_secs(10));
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    assert_runs_a_work(&sched);
 }
 
 /// After `cancel_sync` the callback runs again only after `schedule` or `reschedule`:
