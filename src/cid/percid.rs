@@ -8,14 +8,12 @@
 //! an id is owned by nobody (high water = highest owned id + 1), so no guard can be using
 //! it, and taking it again needs the space lock that the scan holds.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
-use crate::scheduler::run::drop_payload;
 use std::ptr;
 use std::sync::Arc;
 
 use super::space::{SpaceInner, Trim};
 use super::IdSpace;
+use crate::scheduler::run::contain;
 use crate::sync::{lock, AtomicPtr, AtomicUsize, Mutex, Ordering, UnsafeCell};
 
 const BUCKETS: usize = usize::BITS as usize;
@@ -142,17 +140,14 @@ impl<T: Send + 'static> Trim for Slots<T> {
             let mut on_reclaim = lock(&self.on_reclaim);
             for mut value in detached {
                 if let Some(callback) = on_reclaim.as_mut() {
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(&mut value))) {
-                        tracing::error!(
-                            "a PerCid on_reclaim callback panicked; the slot is dropped"
-                        );
-                        drop_payload(payload);
-                    }
+                    contain(
+                        "a PerCid on_reclaim callback panicked; the slot is dropped",
+                        || callback(&mut value),
+                    );
                 }
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(value))) {
-                    tracing::error!("dropping a reclaimed PerCid slot panicked");
-                    drop_payload(payload);
-                }
+                contain("dropping a reclaimed PerCid slot panicked", move || {
+                    drop(value)
+                });
             }
         }))
     }

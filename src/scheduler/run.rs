@@ -280,16 +280,21 @@ pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
     }
 }
 
-/// Drops the last reference to a work, whose closure's destructor is user code: a panic
-/// there is reported and contained, never propagated into nicework or the caller.
-pub(crate) fn drop_contained(work: WorkRef) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(work))) {
-        tracing::error!(
-            panic = panic_message(payload.as_ref()),
-            "a work's closure panicked while being dropped"
-        );
+/// Runs user code (a destructor, a callback) so that a panic in it is reported as `what`
+/// and contained, never propagated into nicework or the caller; its payload is dropped
+/// contained too.
+pub(crate) fn contain(what: &str, f: impl FnOnce()) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+        tracing::error!(panic = panic_message(payload.as_ref()), "{what}");
         drop_payload(payload);
     }
+}
+
+/// Drops the last reference to a work, whose closure's destructor is user code.
+pub(crate) fn drop_contained(work: WorkRef) {
+    contain("a work's closure panicked while being dropped", move || {
+        drop(work)
+    });
 }
 
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
