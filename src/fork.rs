@@ -22,7 +22,8 @@
 //! Detection costs one relaxed load: a `pthread_atfork` child handler (registered once
 //! per process, when the first scheduler is made) bumps a process-wide generation, and
 //! each scheduler compares it with the generation it was made in. The handler only does
-//! an atomic add, which is async-signal-safe.
+//! atomic operations, which are async-signal-safe. The same registration holds the work
+//! name table's lock across the fork (see `scheduler::names`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -33,6 +34,7 @@ static REGISTER: Mutex<()> = Mutex::new(());
 
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
+    crate::scheduler::names::after_fork();
 }
 
 /// The current fork generation, registering the handler on first use.
@@ -53,9 +55,16 @@ fn register() {
     if REGISTERED.load(Ordering::Acquire) {
         return;
     }
-    // SAFETY: `in_child` is an `extern "C" fn()` that stays valid for the life of the
-    // process and only performs an atomic add.
-    let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    // SAFETY: the handlers are `extern "C" fn()`s that stay valid for the life of the
+    // process; the child's only does atomic stores and adds, which are
+    // async-signal-safe, and the prepare handler takes a lock no forking thread holds.
+    let rc = unsafe {
+        libc::pthread_atfork(
+            Some(crate::scheduler::names::before_fork),
+            Some(crate::scheduler::names::after_fork),
+            Some(in_child),
+        )
+    };
     if rc == 0 {
         REGISTERED.store(true, Ordering::Release);
     } else {

@@ -245,6 +245,6 @@ pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{
-    global, Builder, Ctx, LendingStats, Metrics, Next, Scheduler, Work, WorkStats, MAX_SLACK,
-    MAX_WORKERS, MIN_SLACK,
+    global, Builder, Ctx, LendingStats, Metrics, Next, ObjectRef, Scheduler, Work, WorkStats,
+    MAX_SLACK, MAX_WORKERS, MIN_SLACK,
 };

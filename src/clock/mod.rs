@@ -1,14 +1,52 @@
 //! Time sources.
 //!
-//! A real scheduler reads `CLOCK_MONOTONIC` (through `Instant`) and sleeps on a timerfd
-//! ([`timerfd`]); a manual scheduler has a virtual clock that only
+//! A real scheduler reads `CLOCK_MONOTONIC` and sleeps on a timerfd ([`timerfd`]); a
+//! manual scheduler has a virtual clock that only
 //! [`Scheduler::advance`](crate::Scheduler::advance) moves. Both count nanoseconds from the
-//! scheduler's epoch, the `Instant` it was created at, so deadlines are plain `u64`s and
-//! saturate instead of overflowing: a delay of `Duration::MAX` is "in 584 years".
+//! scheduler's epoch, so deadlines are plain `u64`s and saturate instead of overflowing.
+//!
+//! # The coarse clock
+//!
+//! The lock-free arming paths (`reschedule`, `schedule`, a timeout work's `touch`) read
+//! `CLOCK_MONOTONIC_COARSE` instead: the same time base, as of the last timer tick, read
+//! from the vDSO in a few ns where a full read costs up to ten times that on a VM. It lags
+//! the real time by less than its resolution (one kernel tick), so
+//! [`Clock::coarse_upper_ns`] adds the resolution twice (once for the lag, once as a guard
+//! against a late tick) and is never earlier than the true time. A deadline computed from
+//! it may be up to that much late and is never early, as DESIGN.md allows.
 
 pub(crate) mod timerfd;
 
 use std::time::{Duration, Instant};
+
+/// Reads a clock, in nanoseconds.
+fn read(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; both clocks exist on every Linux kernel
+    // nicework supports (2.6.32+), so the call cannot fail.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// The coarse clock's resolution: how far it may lag the real time.
+fn coarse_resolution_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: as in `read`.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if rc != 0 {
+        // No coarse clock: fall back to a generous bound (a 100 Hz tick).
+        return 10_000_000;
+    }
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// Converts a duration to nanoseconds, saturating at `u64::MAX`.
 pub(crate) fn nanos(duration: Duration) -> u64 {
@@ -18,14 +56,22 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
 /// The scheduler's clock.
 #[derive(Debug)]
 pub(crate) struct Clock {
+    /// The epoch as an `Instant`, for handing out `Instant`s.
     epoch: Instant,
+    /// The epoch as a raw `CLOCK_MONOTONIC` reading, read just after `epoch`.
+    epoch_raw_ns: u64,
+    /// What [`coarse_upper_ns`](Self::coarse_upper_ns) adds to a coarse reading.
+    coarse_margin_ns: u64,
     manual: bool,
 }
 
 impl Clock {
     pub(crate) fn new(manual: bool) -> Self {
+        let epoch = Instant::now();
         Clock {
-            epoch: Instant::now(),
+            epoch,
+            epoch_raw_ns: read(libc::CLOCK_MONOTONIC),
+            coarse_margin_ns: coarse_resolution_ns().saturating_mul(2),
             manual,
         }
     }
@@ -36,7 +82,27 @@ impl Clock {
 
     /// Real time since the epoch; manual schedulers keep their own virtual now.
     pub(crate) fn real_now_ns(&self) -> u64 {
-        nanos(self.epoch.elapsed())
+        read(libc::CLOCK_MONOTONIC).saturating_sub(self.epoch_raw_ns)
+    }
+
+    /// A reading of the coarse clock that is never earlier than the real time (see the
+    /// module docs).
+    #[inline]
+    pub(crate) fn coarse_upper_ns(&self) -> u64 {
+        read(libc::CLOCK_MONOTONIC_COARSE)
+            .saturating_sub(self.epoch_raw_ns)
+            .saturating_add(self.coarse_margin_ns)
+    }
+
+    /// A reading of the coarse clock that is never later than the real time.
+    #[inline]
+    pub(crate) fn coarse_lower_ns(&self) -> u64 {
+        read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(self.epoch_raw_ns)
+    }
+
+    /// How much later than the real time [`coarse_upper_ns`](Self::coarse_upper_ns) may be.
+    pub(crate) fn coarse_margin_ns(&self) -> u64 {
+        self.coarse_margin_ns
     }
 
     /// The `Instant` for a scheduler time, saturating far in the future.

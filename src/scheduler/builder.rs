@@ -143,7 +143,8 @@ impl Builder {
             name: self.name,
             priority: self.priority,
             workers: self.workers,
-            slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK)),
+            slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK))
+                .next_multiple_of(crate::scheduler::state::DEADLINE_UNIT_NS),
             back_off: self.back_off,
         })
     }

@@ -3,59 +3,25 @@
 //! rules are in the [module docs](super).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
+use super::entry::Entry;
 use super::lending::Lending;
-use super::state::{State, PENDING};
-use super::{Callback, Header, WorkInner, WorkRef};
+use super::state::{units_ceil, State, DEADLINE_UNIT_NS, PENDING, QUEUED, YIELDED};
+use super::{Header, WorkRef};
 use crate::clock::timerfd::TimerSource;
 use crate::clock::Clock;
-use crate::sync::{lock, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::timer::Timers;
 use crate::Priority;
 
-/// What a timer entry stores: a non-owning pointer to the armed work.
-///
-/// Arming and cancelling are the hot operations, so they do no reference counting. This
-/// is sound because of the invariant in the module docs: while a work has a timer entry,
-/// its owning handle (which holds an `Arc`) is alive. Every path that lets go of the
-/// handle removes the entry first, under the core lock: drop (`cancel_and_wait` disarms
-/// before it waits or marks the work `ORPHANED`, and an orphaned work refuses every
-/// re-arm), and shutdown (which drains all entries). A run takes
-/// its own counted reference ([`ArmedRef::to_cell`]) while the handle is still alive.
-pub(crate) struct ArmedRef(*const WorkInner<dyn Callback>);
+/// Delays at least this many times the coarse clock's margin are timed with the coarse
+/// clock (so its extra lateness is at most 1 % of the delay); shorter ones read the full
+/// clock.
+const COARSE_DELAY_FACTOR: u64 = 100;
 
-// SAFETY: it points at a `Send + Sync` work and is only dereferenced under the core lock
-// while the invariant above keeps the work alive.
-unsafe impl Send for ArmedRef {}
-
-impl ArmedRef {
-    pub(super) fn new(work: &WorkRef) -> Self {
-        ArmedRef(Arc::as_ptr(work))
-    }
-
-    pub(super) fn header(&self) -> &Header {
-        // SAFETY: the entry exists, so the work is alive (see the type's docs).
-        unsafe { (*self.0).header() }
-    }
-
-    /// A counted reference for running the work.
-    pub(super) fn to_cell(&self) -> WorkRef {
-        // SAFETY: the pointer came from `Arc::as_ptr` of a live `Arc` (the handle's, kept
-        // alive by the invariant), so adding a strong count and adopting it is sound.
-        unsafe {
-            Arc::increment_strong_count(self.0);
-            Arc::from_raw(self.0)
-        }
-    }
-}
-
-impl std::fmt::Debug for ArmedRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("ArmedRef").field(&self.0).finish()
-    }
-}
+/// Stale timer entries tolerated beyond half the structure before a sweep.
+const SWEEP_FLOOR: usize = 1024;
 
 /// Settings fixed at build time. I: set by `build()`, read-only after.
 #[derive(Debug, Clone)]
@@ -76,10 +42,8 @@ pub(crate) struct Config {
 /// `L:` read and written only under the core lock (every field here is `L:`).
 #[derive(Debug)]
 pub(crate) struct Core {
-    /// L: every armed work's timer entry.
-    pub(super) timers: Timers<ArmedRef>,
-    /// L: the manual clock (`advance` moves it); unused by real schedulers.
-    pub(super) virtual_now_ns: u64,
+    /// L: the timer entries (see `state` for which are live).
+    pub(super) timers: Timers<Entry>,
     /// L: set once, by the last owning handle's drop; nothing is armed after.
     pub(super) shutdown: bool,
     /// L: workers sleeping on `Shared::idle` as followers.
@@ -99,6 +63,11 @@ pub(crate) struct Core {
     /// L: how many `cancel_sync`/drop calls wait for each running work (by address); a
     /// work is in here exactly while its state has `CANCEL_WAITING`.
     pub(super) cancel_waiters: HashMap<usize, usize>,
+    /// L: timer entries made stale since the last sweep (an estimate: stale entries also
+    /// leave on their own when their tick comes). See [`Shared::note_stale`].
+    pub(super) stale_entries: usize,
+    /// L: the disable count of each work whose state has `DISABLED` (by address).
+    pub(super) disable_counts: HashMap<usize, u64>,
 }
 
 /// A scheduler's shared state, one per scheduler, reached through `Arc` by its handles,
@@ -113,8 +82,11 @@ pub(crate) struct Shared {
     pub(super) run_done: Condvar,
     /// L (waited on with the core lock): wakes follower workers.
     pub(super) idle: Condvar,
-    /// I: the time source (its virtual time is `Core::virtual_now_ns`).
+    /// I: the time source.
     pub(super) clock: Clock,
+    /// A (written under the core lock by `advance`, read anywhere): the manual clock;
+    /// unused by real schedulers.
+    pub(super) virtual_now_ns: AtomicU64,
     /// I: the build settings.
     pub(super) config: Config,
     /// A: owning `Scheduler` handles; `Clone` adds, `Drop` subtracts, and the one that
@@ -138,11 +110,31 @@ impl std::fmt::Debug for Shared {
 }
 
 pub(super) fn load(header: &Header) -> State {
-    State(header.state.load(Ordering::Relaxed))
+    header.load()
 }
 
-pub(super) fn store(header: &Header, state: State) {
-    header.state.store(state.0, Ordering::Release);
+/// Publishes `new` if the word still is `old`.
+pub(super) fn cas(header: &Header, old: State, new: State) -> bool {
+    header
+        .state
+        .compare_exchange(old.0, new.0, Ordering::SeqCst, Ordering::Acquire)
+        .is_ok()
+}
+
+/// Applies `edit` to the state word with a CAS loop and returns the old and new words;
+/// `None` from `edit` leaves the word as it is. For edits that never arm (arming goes
+/// through [`Shared::commit`], which links an entry when one is needed).
+pub(super) fn update(
+    header: &Header,
+    mut edit: impl FnMut(State) -> Option<State>,
+) -> Option<(State, State)> {
+    loop {
+        let old = load(header);
+        let new = edit(old)?;
+        if old == new || cas(header, old, new) {
+            return Some((old, new));
+        }
+    }
 }
 
 impl Shared {
@@ -154,8 +146,7 @@ impl Shared {
         let manual = timer.is_none();
         Shared {
             core: Mutex::new(Core {
-                timers: Timers::new(config.slack_ns),
-                virtual_now_ns: 0,
+                timers: Timers::new(config.slack_ns / DEADLINE_UNIT_NS),
                 shutdown: false,
                 idle_workers: 0,
                 run_waiters: 0,
@@ -165,10 +156,13 @@ impl Shared {
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
                 cancel_waiters: HashMap::new(),
+                disable_counts: HashMap::new(),
+                stale_entries: 0,
             }),
             run_done: Condvar::new(),
             idle: Condvar::new(),
             clock: Clock::new(manual),
+            virtual_now_ns: AtomicU64::new(0),
             config,
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
@@ -202,11 +196,54 @@ impl Shared {
         self.lock().lending.is_lent_to(tid)
     }
 
-    pub(crate) fn now_ns(&self, core: &Core) -> u64 {
+    /// The scheduler's time, read in full.
+    pub(crate) fn now_ns(&self) -> u64 {
         if self.clock.is_manual() {
-            core.virtual_now_ns
+            self.virtual_now_ns.load(Ordering::Acquire)
         } else {
             self.clock.real_now_ns()
+        }
+    }
+
+    /// A time for computing `now + delay_ns` on a lock-free path: never earlier than
+    /// the true time, read from the coarse clock where its lateness is small against the
+    /// delay (see `clock`).
+    #[inline]
+    pub(super) fn now_for_delay(&self, delay_ns: u64) -> u64 {
+        if self.clock.is_manual() {
+            self.virtual_now_ns.load(Ordering::Acquire)
+        } else if delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns() {
+            self.clock.coarse_upper_ns()
+        } else {
+            self.clock.real_now_ns()
+        }
+    }
+
+    /// Whether a timeout work with this idle duration records touches with the coarse
+    /// clock (see [`now_for_delay`](Self::now_for_delay)); its touches then count as up
+    /// to the coarse margin later than recorded.
+    pub(super) fn coarse_touch(&self, idle_ns: u64) -> bool {
+        !self.clock.is_manual() && idle_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns()
+    }
+
+    /// The time a touch records: never later than the true time.
+    #[inline]
+    pub(super) fn touch_stamp(&self, coarse: bool) -> u64 {
+        if self.clock.is_manual() {
+            self.virtual_now_ns.load(Ordering::Acquire)
+        } else if coarse {
+            self.clock.coarse_lower_ns()
+        } else {
+            self.clock.real_now_ns()
+        }
+    }
+
+    /// How much a recorded touch may precede the true one.
+    pub(super) fn touch_margin_ns(&self, coarse: bool) -> u64 {
+        if coarse {
+            self.clock.coarse_margin_ns()
+        } else {
+            0
         }
     }
 
@@ -220,40 +257,86 @@ impl Shared {
 
     // === arming, under the core lock ===
 
-    /// Arms for `deadline_ns`; `now_ns` is the caller's reading of the clock (reading it
-    /// costs more than the rest of an arm on some machines, so it is read once per call).
-    pub(super) fn arm(
+    /// Applies `edit` to `work`'s state word with a CAS loop, as [`update`], and links a
+    /// new timer entry when the result is armed and needs one (no live entry, or a
+    /// deadline earlier than the live entry's). `now_ns` is the caller's reading of the
+    /// clock. Returns the old and new words, or `None` if `edit` declined.
+    pub(super) fn commit(
         &self,
         core: &mut Core,
         work: &WorkRef,
-        state: &mut State,
-        deadline_ns: u64,
         now_ns: u64,
-    ) {
-        let key = core.timers.arm(ArmedRef::new(work), deadline_ns, now_ns);
-        state.set_pending(key);
-        self.kick(core, deadline_ns, now_ns);
-    }
-
-    pub(super) fn arm_after(
-        &self,
-        core: &mut Core,
-        work: &WorkRef,
-        state: &mut State,
-        delay_ns: u64,
-    ) {
-        let now = self.now_ns(core);
-        self.arm(core, work, state, now.saturating_add(delay_ns), now);
-    }
-
-    /// Removes the work's timer entry, if any.
-    pub(super) fn disarm(&self, core: &mut Core, state: &mut State) -> bool {
-        if !state.has(PENDING) {
-            return false;
+        mut edit: impl FnMut(State) -> Option<State>,
+    ) -> Option<(State, State)> {
+        loop {
+            let old = load(work.header());
+            let mut new = edit(old)?;
+            let epoch = old.needs_entry(new).then(|| new.claim_entry());
+            if old != new && !cas(work.header(), old, new) {
+                continue;
+            }
+            if let Some(epoch) = epoch {
+                if old.has(QUEUED) {
+                    self.note_stale(core, 1);
+                }
+                let deadline = new.deadline();
+                core.timers.insert(
+                    Entry::new(work, epoch),
+                    deadline,
+                    super::run::now_units(now_ns),
+                );
+                self.kick(core, super::state::units_to_ns(deadline), now_ns);
+            }
+            return Some((old, new));
         }
-        core.timers.remove(state.key());
-        state.clear_pending();
-        true
+    }
+
+    /// Counts `count` timer entries that just went stale (their work was released, taken
+    /// by a flush, or given an earlier entry). Entries are removed lazily, so a work
+    /// dropped with a far deadline would otherwise keep its allocation until then; once
+    /// stale entries may be half the structure, a sweep removes them all. A sweep costs
+    /// one pass over the entries and happens at most once per that many stale ones, so
+    /// the cost per entry is constant, and the structure never holds more than about
+    /// twice the armed works.
+    pub(super) fn note_stale(&self, core: &mut Core, count: usize) {
+        core.stale_entries += count;
+        if core.stale_entries <= core.timers.len() / 2 + SWEEP_FLOOR {
+            return;
+        }
+        core.stale_entries = 0;
+        core.timers.retain(|entry| {
+            let header = entry.work().header();
+            loop {
+                let state = load(header);
+                if !state.is_live_entry(entry.epoch()) {
+                    return false;
+                }
+                if state.has(PENDING) {
+                    return true;
+                }
+                // Live but disarmed (cancelled): drop it, and with it the claim.
+                if cas(header, state, state.without(QUEUED)) {
+                    return false;
+                }
+            }
+        });
+    }
+
+    /// The works armed now: live entries whose work is pending.
+    pub(super) fn count_armed(&self, core: &Core) -> usize {
+        let mut armed = 0;
+        core.timers.for_each(|entry| {
+            let state = load(entry.work().header());
+            if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
+                armed += 1;
+            }
+        });
+        armed
+    }
+
+    /// The deadline, in units, `delay_ns` from `now_ns`.
+    pub(super) fn deadline_after(now_ns: u64, delay_ns: u64) -> u64 {
+        units_ceil(now_ns.saturating_add(delay_ns))
     }
 
     /// Makes sure some worker will look at a deadline it may not know about yet.
@@ -307,15 +390,19 @@ impl Shared {
             return;
         }
         core.shutdown = true;
-        for armed in core.timers.drain() {
-            let mut state = load(armed.header());
-            state.clear_pending();
-            store(armed.header(), state);
+        let entries = core.timers.drain();
+        for entry in &entries {
+            update(entry.work().header(), |state| {
+                Some(state.without(PENDING | YIELDED | QUEUED))
+            });
         }
         self.idle.notify_all();
         if let Some(timer) = core.timer.as_mut() {
             timer.program(1);
         }
         core.programmed_ns = None;
+        // The works' closures were dropped (or are kept by their handles), so dropping
+        // the entries runs no user code.
+        drop(entries);
     }
 }

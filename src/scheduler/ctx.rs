@@ -3,7 +3,6 @@
 use super::{Callback, WorkInner};
 use std::time::{Duration, Instant};
 
-use crate::sync::Ordering;
 use crate::Scheduler;
 
 /// What a work's callback asks for next.
@@ -99,7 +98,7 @@ impl Ctx<'_> {
 
     /// The work's period: what `Next::Again` and `touch()` re-arm it for.
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.work.header().period_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.work.period_ns())
     }
 
     /// The scheduler running this work.

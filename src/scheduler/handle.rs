@@ -175,43 +175,6 @@ impl Scheduler {
         work
     }
 
-    /// A periodic work for an object: the closure reaches `object` through a `Weak` (an
-    /// `Arc` would be a cycle, since the object owns its work) and the work stops once the
-    /// object is gone. If the last `Arc` drops during a run, the object, and with it the
-    /// work, is dropped on the running thread after the callback returns.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// use std::time::Duration;
-    /// use nicework::{Next, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let counter = Arc::new(AtomicU32::new(0));
-    /// let work = sched.every_for(&counter, Duration::from_millis(10), |c, _| {
-    ///     c.fetch_add(1, Ordering::Relaxed);
-    ///     Next::Again
-    /// });
-    /// sched.advance(Duration::from_millis(20));
-    /// assert_eq!(counter.load(Ordering::Relaxed), 2);
-    /// drop(counter);
-    /// sched.advance(Duration::from_millis(10));
-    /// assert!(!work.is_pending()); // the object is gone: the work stopped itself
-    /// ```
-    pub fn every_for<T, F>(&self, object: &Arc<T>, period: Duration, mut f: F) -> Work
-    where
-        T: Send + Sync + 'static,
-        F: FnMut(&T, &mut Ctx<'_>) -> Next + Send + 'static,
-    {
-        let object = Arc::downgrade(object);
-        self.every(period, move |cx| match object.upgrade() {
-            Some(object) => f(&object, cx),
-            None => Next::Stop,
-        })
-    }
-
     /// Manual schedulers only: moves virtual time forward by `by` and runs every work that
     /// comes due, on the calling thread, each at its own deadline and in deadline order. A
     /// work re-armed with `Again` from a run at `t` is due at `t + period` and runs in the
@@ -256,9 +219,10 @@ impl Scheduler {
     /// The scheduler's current time: virtual for a manual scheduler (in a `fork()`ed
     /// child, where a scheduler from before the fork is inert, the real time).
     pub fn now(&self) -> Instant {
-        match self.shared().lock_unless_forked() {
-            Some(core) => self.shared().instant_at(self.shared().now_ns(&core)),
-            None => Instant::now(),
+        if self.shared().is_forked_copy() {
+            Instant::now()
+        } else {
+            self.shared().instant_at(self.shared().now_ns())
         }
     }
 

@@ -1,46 +1,45 @@
-//! The heap half of a work: its header (state, period, name, statistics) and its closure.
+//! The heap half of a work: its header (state, period, statistics) and its closure.
 //!
 //! One `Arc<WorkInner<Closure<F>>>` is allocated per work and shared, unsized to a
 //! [`WorkRef`] (`Arc<WorkInner<dyn Callback>>`), by the owning [`Work`](crate::Work)
-//! handle, the timer entry while armed, and the thread running it. The header is a plain
-//! field in front of the unsized closure, so every path reaches it without a virtual call
-//! and without `unsafe`; only calling the closure goes through the vtable. The closure
-//! sits behind an `UnsafeCell`: only the thread that set `RUNNING` in the state word
-//! (under the core lock) may call it, which is what makes the `unsafe impl Sync` on
-//! [`Closure`] sound.
+//! handle, its timer entries, and the thread running it. The header is a plain field in
+//! front of the unsized closure, so every path reaches it without a virtual call; only
+//! calling (or dropping) the closure goes through the vtable.
+//!
+//! # The closure's life
+//!
+//! The closure sits behind an `UnsafeCell` in a `ManuallyDrop`: only the thread that set
+//! `RUNNING` in the state word may call it, which is what makes the `unsafe impl Sync` on
+//! [`Closure`] sound. It is dropped *explicitly*, by whoever ends the work's life: the
+//! handle's drop once no run is in progress, or the runner of a run that was in progress
+//! when the handle went (`ORPHANED`). That sets `CLOSURE_DROPPED`. The allocation itself
+//! is freed by the last `Arc`, which may be a stale timer entry dropped under the core
+//! lock: that drop runs no user code, because the closure is gone by then.
 //!
 //! # Size
 //!
-//! Arc counts (16 B) + state (8) + period (8) + name pointer (8) + six statistics words
-//! (48) = 88 B before the closure's captures, the size of the kernel's
-//! `struct delayed_work`. The default name costs nothing: it is the closure's type name,
-//! read from the vtable. A custom name is one extra allocation.
+//! Arc counts (16 B) + state (8) + period (8) + five statistics words (40) = 72 B before
+//! the closure's captures; a timeout work adds its idle duration (8). An armed work adds
+//! its timer entry (16 B), so it stays within the kernel's 88-byte `struct delayed_work`
+//! plus one word. A custom name lives in the [name table](super::names).
 
-use std::ptr;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use super::{Ctx, Next, StatsCounters};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering, UnsafeCell};
-
-/// A custom name. Renaming pushes a node and keeps the old ones until the work is freed,
-/// so a `&str` handed out by [`Header::name`] stays valid for as long as the work lives
-/// even if another thread renames it meanwhile.
-struct NameNode {
-    name: Box<str>,
-    older: *mut NameNode,
-}
+use super::state::{State, CLOSURE_DROPPED, NAMED, TIMEOUT};
+use super::{names, Ctx, Next, StatsCounters};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.
 #[derive(Debug)]
 /// Tags: `A:` atomic, with its writers named.
 pub(crate) struct Header {
-    /// A: the state word (see `state`); written only under the core lock, read anywhere.
+    /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: AtomicU64,
-    /// A: the period for `Again` and `touch`; written by `schedule`/`reschedule` under the
-    /// core lock, read anywhere.
-    pub(crate) period_ns: AtomicU64,
-    /// A: the custom name chain; pushed by `Work::named` with a compare-exchange.
-    name: AtomicPtr<NameNode>,
+    /// A: for a timeout work, the time of its latest `touch()` (scheduler ns, raised with
+    /// `fetch_max` by `touch`); for any other work, the period for `Again` and `touch`
+    /// (written by `schedule`/`reschedule`).
+    pub(crate) period_or_touch: AtomicU64,
     /// A: run statistics; written by the running thread only (see `stats`).
     pub(crate) stats: StatsCounters,
 }
@@ -49,60 +48,42 @@ impl Header {
     pub(crate) fn new(state: u64, period_ns: u64) -> Self {
         Header {
             state: AtomicU64::new(state),
-            period_ns: AtomicU64::new(period_ns),
-            name: AtomicPtr::new(ptr::null_mut()),
+            period_or_touch: AtomicU64::new(period_ns),
             stats: StatsCounters::new(),
         }
     }
 
-    /// The custom name, if one was set.
-    pub(crate) fn custom_name(&self) -> Option<&str> {
-        let node = self.name.load(Ordering::Acquire);
-        // SAFETY: nodes are published with Release after being fully built and are freed
-        // only in `Drop`, which cannot run while `&self` is alive.
-        unsafe { node.as_ref() }.map(|node| &*node.name)
-    }
-
-    pub(crate) fn set_name(&self, name: Box<str>) {
-        let mut older = self.name.load(Ordering::Acquire);
-        let node = Box::into_raw(Box::new(NameNode { name, older }));
-        // The node is complete before it is published: a reader may hold `&NameNode` the
-        // moment the exchange succeeds, so nothing may write it afterwards.
-        while let Err(current) =
-            self.name
-                .compare_exchange_weak(older, node, Ordering::AcqRel, Ordering::Acquire)
-        {
-            older = current;
-            // SAFETY: the exchange failed, so `node` is still unpublished and ours alone.
-            unsafe { (*node).older = older };
-        }
+    pub(crate) fn load(&self) -> State {
+        State(self.state.load(Ordering::Acquire))
     }
 }
 
-impl Drop for Header {
-    fn drop(&mut self) {
-        let mut node = self.name.swap(ptr::null_mut(), Ordering::Acquire);
-        while !node.is_null() {
-            // SAFETY: every node was made by `Box::into_raw` in `set_name` and is reachable
-            // only through this chain, which we own now.
-            let boxed = unsafe { Box::from_raw(node) };
-            node = boxed.older;
-        }
-    }
-}
-
-/// A work's closure as the scheduler sees it: the only implementation is [`Closure`].
+/// A work's closure as the scheduler sees it: [`Closure`], or [`TimeoutClosure`] for a
+/// timeout work.
 pub(crate) trait Callback: Send + Sync + 'static {
     /// The closure's type name, the default work name.
     fn type_name(&self) -> &'static str;
+
+    /// A timeout work's idle duration (its period); 0 for other works.
+    fn idle_ns(&self) -> u64 {
+        0
+    }
 
     /// Calls the closure.
     ///
     /// # Safety
     ///
     /// The caller must be the thread that set `RUNNING` in this work's state word, and
-    /// `RUNNING` must still be set.
+    /// `RUNNING` must still be set; the closure must not have been dropped.
     unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next;
+
+    /// Drops the closure in place.
+    ///
+    /// # Safety
+    ///
+    /// Called at most once, by the one thread that ends the work's life (see the module
+    /// docs), while no run is in progress; the closure is never called afterwards.
+    unsafe fn drop_closure(&self);
 }
 
 /// A counted reference to a work, as the scheduler's paths share it.
@@ -115,17 +96,9 @@ pub(crate) struct WorkInner<C: ?Sized> {
     callback: C,
 }
 
-impl<F> WorkInner<Closure<F>>
-where
-    F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
-{
-    pub(crate) fn new(header: Header, func: F) -> Self {
-        WorkInner {
-            header,
-            callback: Closure {
-                func: UnsafeCell::new(func),
-            },
-        }
+impl<C: Callback> WorkInner<C> {
+    pub(crate) fn new(header: Header, callback: C) -> Self {
+        WorkInner { header, callback }
     }
 }
 
@@ -138,9 +111,33 @@ impl WorkInner<dyn Callback> {
 
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
-        self.header
-            .custom_name()
-            .unwrap_or_else(|| self.callback.type_name())
+        if self.header.load().has(NAMED) {
+            if let Some(name) = names::get(self.address()) {
+                return name;
+            }
+        }
+        self.callback.type_name()
+    }
+
+    /// Gives the work a custom name.
+    pub(crate) fn set_name(&self, name: Box<str>) {
+        names::push(self.address(), name);
+        self.header.state.fetch_or(NAMED, Ordering::AcqRel);
+    }
+
+    /// The address that identifies the work (in the name table, the wait graph and the
+    /// lending bookkeeping).
+    pub(crate) fn address(&self) -> usize {
+        self as *const Self as *const u8 as usize
+    }
+
+    /// The period: a timeout work's idle duration, else the period word.
+    pub(crate) fn period_ns(&self) -> u64 {
+        if self.header.load().has(TIMEOUT) {
+            self.callback.idle_ns()
+        } else {
+            self.header.period_or_touch.load(Ordering::Relaxed)
+        }
     }
 
     /// Calls the closure.
@@ -151,6 +148,37 @@ impl WorkInner<dyn Callback> {
     pub(crate) unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next {
         // SAFETY: forwarded from the caller.
         unsafe { self.callback.call(cx) }
+    }
+
+    /// Drops the closure and marks it dropped.
+    ///
+    /// # Safety
+    ///
+    /// As [`Callback::drop_closure`].
+    pub(crate) unsafe fn drop_closure(&self) {
+        // Marked first: if the destructor panics, the closure counts as dropped (its
+        // remains are leaked, never dropped twice).
+        self.header
+            .state
+            .fetch_or(CLOSURE_DROPPED, Ordering::AcqRel);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.callback.drop_closure() }
+    }
+}
+
+impl<C: ?Sized> Drop for WorkInner<C> {
+    fn drop(&mut self) {
+        let state = self.header.load();
+        if state.has(NAMED) {
+            names::remove(self as *const Self as *const u8 as usize);
+        }
+        // Every path that ends a work's life drops the closure before the last reference
+        // goes (see the module docs); a leaked handle never gets here. So nothing is
+        // left to drop, and no user code runs wherever this drop happens.
+        debug_assert!(
+            state.has(CLOSURE_DROPPED),
+            "a work's allocation was freed with its closure still alive"
+        );
     }
 }
 
@@ -164,12 +192,20 @@ impl std::fmt::Debug for WorkInner<dyn Callback> {
 
 /// A work's closure behind the cell that only the running thread may enter.
 pub(crate) struct Closure<F> {
-    func: UnsafeCell<F>,
+    func: UnsafeCell<ManuallyDrop<F>>,
 }
 
-// SAFETY: the closure is only reached through `call`, whose contract (the RUNNING bit,
-// set and cleared under the core lock) gives one thread exclusive access at a time;
-// `type_name` does not touch it.
+impl<F> Closure<F> {
+    pub(crate) fn new(func: F) -> Self {
+        Closure {
+            func: UnsafeCell::new(ManuallyDrop::new(func)),
+        }
+    }
+}
+
+// SAFETY: the closure is only reached through `call` and `drop_closure`, whose contracts
+// (the RUNNING bit, set and cleared with the state word's CAS, and the single end of
+// life) give one thread exclusive access at a time; `type_name` does not touch it.
 unsafe impl<F: Send> Sync for Closure<F> {}
 
 impl<F> Callback for Closure<F>
@@ -181,7 +217,54 @@ where
     }
 
     unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next {
-        // SAFETY: the caller holds RUNNING, so no other reference to the closure exists.
-        self.func.with_mut(|func| unsafe { (*func)(cx) })
+        // SAFETY: the caller holds RUNNING, so no other reference to the closure exists,
+        // and it has not been dropped.
+        self.func.with_mut(|func| unsafe { (**func)(cx) })
+    }
+
+    unsafe fn drop_closure(&self) {
+        // SAFETY: the caller ends the work's life: no run is in progress and none will
+        // start, so this is the only access, and it happens once.
+        self.func
+            .with_mut(|func| unsafe { ManuallyDrop::drop(&mut *func) })
+    }
+}
+
+/// A timeout work's closure: the closure plus the idle duration, which only slow paths
+/// read (the fast `touch()` records a time and needs no duration).
+pub(crate) struct TimeoutClosure<F> {
+    idle_ns: u64,
+    closure: Closure<F>,
+}
+
+impl<F> TimeoutClosure<F> {
+    pub(crate) fn new(idle_ns: u64, func: F) -> Self {
+        TimeoutClosure {
+            idle_ns,
+            closure: Closure::new(func),
+        }
+    }
+}
+
+impl<F> Callback for TimeoutClosure<F>
+where
+    F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
+{
+    fn type_name(&self) -> &'static str {
+        self.closure.type_name()
+    }
+
+    fn idle_ns(&self) -> u64 {
+        self.idle_ns
+    }
+
+    unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.closure.call(cx) }
+    }
+
+    unsafe fn drop_closure(&self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.closure.drop_closure() }
     }
 }

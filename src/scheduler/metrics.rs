@@ -15,8 +15,14 @@ use crate::sync::lock_std;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Metrics {
-    /// Works armed now (in the timer structure or due).
+    /// Works armed now (waiting for their deadline or due). Counted by a pass over the
+    /// timer entries, so reading it costs time in proportion to them: a diagnostic, not
+    /// something to poll on a hot path.
     pub armed: usize,
+    /// Entries in the timer structure: the armed works plus stale entries (of works
+    /// cancelled, re-armed earlier or dropped) that leave when their tick comes or in
+    /// the next sweep. It stays below about twice the armed works plus a constant.
+    pub timer_entries: usize,
     /// How many times the worker threads went to sleep and woke up so far: the sum of
     /// their `voluntary_ctxt_switches` in `/proc/self/task/TID/status` (0 for a manual
     /// scheduler). With every work parked it stays flat.
@@ -40,7 +46,8 @@ impl Metrics {
             return Metrics::default();
         };
         let mut metrics = Metrics {
-            armed: core.timers.len(),
+            armed: shared.count_armed(&core),
+            timer_entries: core.timers.len(),
             worker_wakeups: 0,
             deferred_yields: core.deferred_yields,
             lending: core.lending.stats,

@@ -1,17 +1,27 @@
 //! The operations behind [`Work`](super::Work): arming (`schedule`, `reschedule`, `touch`,
-//! the first arm of `every`), cancelling (`cancel`, `cancel_sync`, the handle's drop),
-//! `flush`, and `disable`/`enable`. Each takes the core lock through the fork gate and
-//! edits the state word by the ground rules in the [module docs](super).
+//! the first arm of `every`/`timeout`), cancelling (`cancel`, `cancel_sync`, the handle's
+//! drop), `flush`, and `disable`/`enable`.
+//!
+//! # Fast and slow paths
+//!
+//! `cancel` is always one CAS of the state word. `reschedule` and `schedule` are one CAS
+//! when the work still has a live timer entry placed no later than the new deadline
+//! (the common case: a work re-armed for "now + the same delay" over and over, or
+//! cancelled and re-armed); otherwise they take the core lock and link an entry. A
+//! timeout work's `touch` records the time with a `fetch_max`, at most once per coarse
+//! clock tick, and otherwise only reads. Nothing on these paths reads the full clock
+//! when the delay is long enough for the coarse clock (see `clock`). Everything else
+//! takes the core lock through the fork gate.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{load, store, Core, Shared};
+use super::core::{cas, load, update, Core, Shared};
 use super::handle::Handle;
 use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
-    State, CANCEL_WAITING, FIXED_PERIOD, FLUSH_TAKEOVER, ORPHANED, PENDING, REARM_REFUSED, RUNNING,
-    RUNNING_INCREMENT, STOPPED, YIELDED,
+    State, CANCEL_WAITING, DISABLED, DISABLE_MAX, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER, ORPHANED,
+    PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, waits};
@@ -19,7 +29,7 @@ use crate::clock::nanos;
 use crate::sync::{load_ordered_after_seqcst_writes, wait, MutexGuard, Ordering};
 
 /// Whether a cancel comes from a dropped handle, whose closure must then be freed by
-/// whoever holds the last reference.
+/// whoever ends the work's last run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Release {
     Keep,
@@ -28,53 +38,160 @@ pub(super) enum Release {
     DropAndWait,
 }
 
+/// What a lock-free arming attempt did.
+enum Fast {
+    /// Armed; the old word.
+    Armed(State),
+    /// `schedule` found the work already pending.
+    AlreadyPending,
+    /// Needs the lock: no live entry, an earlier deadline, or a refusal to report.
+    Slow,
+}
+
+/// A timeout work's touch stamp: the high bit says it is recorded with the full clock.
+pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
+
 impl Shared {
+    /// The lock-free arm: one CAS if the live entry can serve the new deadline.
+    #[inline]
+    fn arm_fast(&self, work: &WorkRef, deadline: u64, only_if_idle: bool) -> Fast {
+        loop {
+            let old = load(work.header());
+            if only_if_idle && old.has(PENDING) {
+                return Fast::AlreadyPending;
+            }
+            if !old.has(QUEUED) || old.refuses_arm() || deadline < old.deadline() {
+                return Fast::Slow;
+            }
+            let mut new = old;
+            new.arm(deadline);
+            if cas(work.header(), old, new) {
+                return Fast::Armed(old);
+            }
+        }
+    }
+
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
-        if load(work.header()).has(PENDING) {
+        if load(work.header()).has(PENDING) || self.is_forked_copy() {
             return false;
+        }
+        let delay_ns = nanos(delay);
+        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
+        match self.arm_fast(work, deadline, true) {
+            Fast::Armed(old) => {
+                self.set_period(work, old, delay_ns);
+                return true;
+            }
+            Fast::AlreadyPending => return false,
+            Fast::Slow => {}
         }
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(work.header());
-        if core.shutdown || state.has(PENDING) || state.refuses_arm() {
+        if core.shutdown {
             return false;
         }
-        self.set_period(work, state, delay);
-        state.clear(STOPPED);
-        self.arm_after(&mut core, work, &mut state, nanos(delay));
-        store(work.header(), state);
-        true
+        let now = self.now_ns();
+        let armed = self.commit(&mut core, work, now, |old| {
+            if old.has(PENDING) || old.refuses_arm() {
+                return None;
+            }
+            let mut new = old;
+            new.arm(Shared::deadline_after(now, delay_ns));
+            Some(new)
+        });
+        if let Some((old, _)) = armed {
+            self.set_period(work, old, delay_ns);
+        }
+        armed.is_some()
     }
 
     pub(crate) fn reschedule(&self, work: &WorkRef, delay: Duration) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
+        let delay_ns = nanos(delay);
+        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
+        if let Fast::Armed(old) = self.arm_fast(work, deadline, false) {
+            self.set_period(work, old, delay_ns);
+            return old.has(PENDING);
+        }
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(work.header());
-        if core.shutdown || state.refuses_arm() {
+        if core.shutdown {
             return false;
         }
-        let was_pending = self.disarm(&mut core, &mut state);
-        self.set_period(work, state, delay);
-        state.clear(STOPPED);
-        self.arm_after(&mut core, work, &mut state, nanos(delay));
-        store(work.header(), state);
-        was_pending
+        let now = self.now_ns();
+        let armed = self.commit(&mut core, work, now, |old| {
+            if old.refuses_arm() {
+                return None;
+            }
+            let mut new = old;
+            new.arm(Shared::deadline_after(now, delay_ns));
+            Some(new)
+        });
+        match armed {
+            Some((old, _)) => {
+                self.set_period(work, old, delay_ns);
+                old.has(PENDING)
+            }
+            None => false,
+        }
     }
 
-    fn set_period(&self, work: &WorkRef, state: State, delay: Duration) {
-        if !state.has(FIXED_PERIOD) {
+    /// A `work()`'s period follows its latest `schedule`/`reschedule`; `every` and
+    /// timeout works keep theirs.
+    fn set_period(&self, work: &WorkRef, state: State, delay_ns: u64) {
+        if !state.has(FIXED_PERIOD | TIMEOUT) {
             work.header()
-                .period_ns
-                .store(nanos(delay), Ordering::Relaxed);
+                .period_or_touch
+                .store(delay_ns, Ordering::Relaxed);
         }
     }
 
     #[inline]
     pub(crate) fn touch(&self, work: &WorkRef) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
-        if load_ordered_after_seqcst_writes(&work.header().state) & PENDING != 0 {
+        let state = load_ordered_after_seqcst_writes(&work.header().state);
+        if state & (PENDING | TIMEOUT) == PENDING {
+            return;
+        }
+        if state & TIMEOUT != 0 {
+            return self.touch_timeout(work, State(state));
+        }
+        self.touch_slow(work);
+    }
+
+    /// A timeout work's touch: records the time (raising the stamp at most once per
+    /// clock tick), and arms the work only if it is neither armed nor running.
+    ///
+    /// Ordering: the stamp's `fetch_max` comes before a `SeqCst` re-read of the state
+    /// word, and both the worker's decision to run (it sets `FIRING`, then reads the
+    /// stamp) and a run's completion (it clears `RUNNING`, then reads the stamp) do the
+    /// mirror image. So either they see the new stamp, or this touch sees their state
+    /// change: it clears `FIRING` (the worker's take then fails and decides again) or
+    /// finds the work neither armed nor running and arms it itself.
+    #[inline]
+    fn touch_timeout(&self, work: &WorkRef, state: State) {
+        if self.is_forked_copy() {
+            return;
+        }
+        let stamp_word = &work.header().period_or_touch;
+        let recorded = stamp_word.load(Ordering::Relaxed);
+        let precise = recorded & PRECISE_TOUCH;
+        let stamp = self.touch_stamp(precise == 0) | precise;
+        let state = if stamp > recorded {
+            stamp_word.fetch_max(stamp, Ordering::SeqCst);
+            let now_state = load_ordered_after_seqcst_writes(&work.header().state);
+            if now_state & FIRING != 0 {
+                work.header().state.fetch_and(!FIRING, Ordering::SeqCst);
+            }
+            State(now_state)
+        } else {
+            state
+        };
+        if state.has(PENDING | RUNNING) {
             return;
         }
         self.touch_slow(work);
@@ -85,27 +202,43 @@ impl Shared {
         let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
-        let mut state = load(work.header());
-        if core.shutdown || state.has(PENDING | STOPPED) || state.refuses_arm() {
+        if core.shutdown {
             return;
         }
-        let period = work.header().period_ns.load(Ordering::Relaxed);
-        self.arm_after(&mut core, work, &mut state, period.max(self.slack_ns()));
-        store(work.header(), state);
+        let now = self.now_ns();
+        let period = work.period_ns().max(self.slack_ns());
+        self.commit(&mut core, work, now, |old| {
+            // A timeout work that became armed or running meanwhile has the new stamp.
+            let busy = if old.has(TIMEOUT) {
+                PENDING | RUNNING
+            } else {
+                PENDING
+            };
+            if old.has(busy | STOPPED) || old.refuses_arm() {
+                return None;
+            }
+            let mut new = old;
+            new.arm(Shared::deadline_after(now, period));
+            Some(new)
+        });
     }
 
     pub(crate) fn cancel(&self, work: &WorkRef) -> bool {
-        let Some(mut core) = self.lock_unless_forked() else {
+        if self.is_forked_copy() {
             return false;
-        };
-        let mut state = load(work.header());
-        let was_pending = self.disarm(&mut core, &mut state);
-        store(work.header(), state);
-        was_pending
+        }
+        update(work.header(), |old| {
+            old.has(PENDING).then(|| {
+                let mut new = old;
+                new.disarm();
+                new
+            })
+        })
+        .is_some()
     }
 
     pub(crate) fn cancel_sync(&self, work: &WorkRef) -> bool {
-        self.cancel_and_wait(work, Release::Keep)
+        self.cancel_and_wait(work, Release::Keep).0
     }
 
     /// `cancel_sync`, and for a dropped handle the hand-over of the closure. Disarms,
@@ -114,18 +247,42 @@ impl Shared {
     /// dropping its own work) or the wait would close a cycle of waiting callbacks. Then
     /// the run's own re-arm is refused instead and, for a dropped handle, the runner frees
     /// the closure after the callback returned.
-    pub(super) fn cancel_and_wait(&self, work: &WorkRef, release: Release) -> bool {
+    ///
+    /// Returns whether it was pending, and (for a dropped handle) whether the caller must
+    /// drop the closure: no run is in progress and none can start.
+    pub(super) fn cancel_and_wait(&self, work: &WorkRef, release: Release) -> (bool, bool) {
         let Some(mut core) = self.lock_unless_forked() else {
-            return false;
+            return (false, false);
         };
-        let mut state = load(work.header());
-        let was_pending = self.disarm(&mut core, &mut state);
+        let released = release != Release::Keep;
+        if released && load(work.header()).has(ORPHANED) {
+            // Released before (`drop_waiting`, then the handle's own drop).
+            return (false, false);
+        }
+        if released {
+            // Nobody can call `enable` any more; the count must not outlive the work (a
+            // later work may get the same address).
+            core.disable_counts.remove(&frames::address(work));
+        }
         // After a `cancel_sync` only `schedule`/`reschedule` arm the work again: `touch`
         // leaves it stopped, as after `Next::Stop`.
-        state.set(STOPPED);
-        if !state.has(RUNNING) {
-            store(work.header(), state);
-            return was_pending;
+        let (old, new) = update(work.header(), |old| {
+            let mut new = old;
+            new.disarm();
+            new.set(STOPPED);
+            if released && !old.has(RUNNING) {
+                new.set(ORPHANED);
+            }
+            Some(new)
+        })
+        .expect("the edit always applies");
+        let was_pending = old.has(PENDING);
+        if released && old.has(QUEUED) {
+            // Nothing arms it again: its entry is garbage.
+            self.note_stale(&mut core, 1);
+        }
+        if !new.has(RUNNING) {
+            return (was_pending, released);
         }
         let waiting = if frames::is_running_here(work) {
             None
@@ -136,17 +293,18 @@ impl Shared {
         };
         let Some(waiting) = waiting else {
             // Waiting would wait for ourselves: refuse the run's own re-arm instead.
-            state.set(REARM_REFUSED);
-            if release != Release::Keep {
-                state.set(ORPHANED);
-            }
-            store(work.header(), state);
-            return was_pending;
+            update(work.header(), |old| {
+                let mut new = old.with(REARM_REFUSED);
+                if released {
+                    new.set(ORPHANED);
+                }
+                Some(new)
+            });
+            return (was_pending, false);
         };
         // "disable, flush, enable", as the kernel's cancel_delayed_work_sync, with a
         // refusal of its own that `enable()` cannot lift.
-        state.set(CANCEL_WAITING);
-        store(work.header(), state);
+        update(work.header(), |old| Some(old.with(CANCEL_WAITING)));
         let address = frames::address(work);
         *core.cancel_waiters.entry(address).or_insert(0) += 1;
         core = self.wait_for_run(core, work);
@@ -155,13 +313,15 @@ impl Shared {
             *waiters -= 1;
             if *waiters == 0 {
                 core.cancel_waiters.remove(&address);
-                let mut state = load(work.header());
-                state.clear(CANCEL_WAITING);
-                store(work.header(), state);
+                update(work.header(), |old| Some(old.without(CANCEL_WAITING)));
             }
         }
+        if released {
+            // The run ended and re-arms stayed refused: nothing runs it again.
+            update(work.header(), |old| Some(old.with(ORPHANED)));
+        }
         drop(core);
-        was_pending
+        (was_pending, released)
     }
 
     /// Waits until the run in progress (`RUNNING` is set when this is called) has
@@ -199,9 +359,9 @@ impl Shared {
         let mut waited = false;
         let mut ran_here = false;
         let mut flusher = None;
-        set_flag(work, FLUSH_TAKEOVER);
+        update(work.header(), |old| Some(old.with(FLUSH_TAKEOVER)));
         let flushed = loop {
-            let mut state = load(work.header());
+            let state = load(work.header());
             // The run in progress when the flush started, and a `Yield` increment a worker
             // took before the takeover began, are waited for; a run that `Again`/`After`
             // armed once the flush had waited for or run its instance is not (a busy
@@ -230,22 +390,29 @@ impl Shared {
             {
                 break true;
             }
+            let mut running = state;
+            running.start_run();
+            if !cas(work.header(), state, running) {
+                continue;
+            }
+            if state.has(QUEUED) {
+                // Its entry stays behind, stale.
+                self.note_stale(&mut core, 1);
+            }
             take_pending = false;
             ran_here = true;
-            let key = state.key();
-            let deadline_ns = core.timers.deadline_ns(key);
-            let taken = core.timers.remove(key).to_cell();
-            state.start_run();
-            store(work.header(), state);
+            let deadline_ns = super::state::units_to_ns(state.deadline());
+            let touch_stamp = work.header().period_or_touch.load(Ordering::SeqCst);
             core.lending.stats.helped += 1;
-            let now = self.now_ns(&core);
+            let now = self.now_ns();
             drop(core);
             let handle = Handle::new(self.clone());
             let executed = self.execute(
                 handle.as_scheduler(),
                 Taken {
-                    work: taken,
+                    work: work.clone(),
                     deadline_ns,
+                    touch_stamp,
                     worker_slot: None,
                 },
                 now,
@@ -256,16 +423,12 @@ impl Shared {
             }
             core = self.lock();
         };
-        // Hand a left-over increment (one a worker skipped for us) back to the workers.
-        let mut state = load(work.header());
-        state.clear(FLUSH_TAKEOVER);
-        store(work.header(), state);
-        if state.has(PENDING) && !state.has(RUNNING) {
-            core.timers.make_ready(state.key());
-            let now = self.now_ns(&core);
-            let deadline = core.timers.deadline_ns(state.key());
-            self.kick(&mut core, deadline, now);
-        }
+        // Hand a left-over increment (one a worker skipped for us) back to the workers:
+        // it has no live entry, so `commit` links one.
+        let now = self.now_ns();
+        self.commit(&mut core, work, now, |old| {
+            Some(old.without(FLUSH_TAKEOVER))
+        });
         flushed
     }
 
@@ -273,37 +436,52 @@ impl Shared {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let mut state = load(work.header());
-        let was_pending = self.disarm(&mut core, &mut state);
-        if !state.disable() {
+        let count = core
+            .disable_counts
+            .entry(frames::address(work))
+            .or_insert(0);
+        if *count == DISABLE_MAX {
             tracing::warn!(work = work.name(), "disable() nesting saturated");
+        } else {
+            *count += 1;
         }
-        store(work.header(), state);
-        was_pending
+        let (old, _) = update(work.header(), |old| {
+            let mut new = old.with(DISABLED);
+            new.disarm();
+            Some(new)
+        })
+        .expect("the edit always applies");
+        old.has(PENDING)
     }
 
     pub(crate) fn enable(&self, work: &WorkRef) {
-        let Some(_core) = self.lock_unless_forked() else {
+        let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
-        let mut state = load(work.header());
-        if state.enable() {
-            store(work.header(), state);
+        let address = frames::address(work);
+        let Some(count) = core.disable_counts.get_mut(&address) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            core.disable_counts.remove(&address);
+            update(work.header(), |old| Some(old.without(DISABLED)));
         }
     }
 
-    /// The owning handle is being dropped.
-    pub(crate) fn release(&self, work: &WorkRef) {
+    /// The owning handle is being dropped; returns whether the caller must drop the
+    /// closure (else it is leaked in a forked child, or the runner drops it).
+    pub(crate) fn release(&self, work: &WorkRef) -> bool {
         if self.is_forked_copy() {
             // The closure may be running in the parent's copy of a worker that does
             // not exist here: keep it (leaked) rather than free it under that run.
             std::mem::forget(work.clone());
-            return;
+            return false;
         }
-        self.cancel_and_wait(work, Release::Drop);
+        self.cancel_and_wait(work, Release::Drop).1
     }
 
-    /// Arms a new work (`every`) for its first run.
+    /// Arms a new work (`every`, `timeout`) for its first run.
     pub(crate) fn arm_new(&self, work: &WorkRef, delay: Duration) {
         let Some(mut core) = self.lock_unless_forked() else {
             return;
@@ -311,15 +489,11 @@ impl Shared {
         if core.shutdown {
             return;
         }
-        let mut state = load(work.header());
-        self.arm_after(&mut core, work, &mut state, nanos(delay));
-        store(work.header(), state);
+        let now = self.now_ns();
+        self.commit(&mut core, work, now, |old| {
+            let mut new = old;
+            new.arm(Shared::deadline_after(now, nanos(delay)));
+            Some(new)
+        });
     }
-}
-
-/// Sets `flag` in `work`'s state word (under the core lock).
-fn set_flag(work: &WorkRef, flag: u64) {
-    let mut state = load(work.header());
-    state.set(flag);
-    store(work.header(), state);
 }

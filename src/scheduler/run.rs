@@ -8,20 +8,26 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::core::{load, store, Core, Shared};
+use super::core::{cas, load, Core, Shared};
+use super::entry::Entry;
+use super::ops::PRECISE_TOUCH;
 use super::state::{
-    State, FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
-    STOPPED, YIELDED,
+    units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, FIRING, FLUSH_TAKEOVER,
+    ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED,
+    TIMEOUT, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
 use crate::clock::nanos;
 use crate::sync::{fence, Ordering};
 
-/// A run that was taken off the ready list and must now be executed.
+/// A run that was taken and must now be executed.
 pub(crate) struct Taken {
     pub(crate) work: WorkRef,
     pub(crate) deadline_ns: u64,
+    /// A timeout work's touch stamp when the run was taken: a later one is a touch
+    /// during the run.
+    pub(crate) touch_stamp: u64,
     /// The worker's lending slot, when a worker runs it.
     pub(crate) worker_slot: Option<usize>,
 }
@@ -37,28 +43,112 @@ pub(crate) enum Executed {
     InForkedChild,
 }
 
+/// What a timer entry means now (see the ground rules in `state`).
+enum Class {
+    /// Not the live entry, or its work is no longer armed (or is running, or left to a
+    /// flusher: the completion or the flush links a new one): drop it.
+    Stale,
+    /// Armed, and due at this deadline (units), which is still ahead.
+    Wait(u64),
+    /// Armed and due: the state word it was judged on (a take must CAS from it), the
+    /// deadline, and a timeout work's touch stamp.
+    Due(State, u64, u64),
+}
+
+/// A time in deadline units, rounded down, and short of the saturated deadline: a
+/// never-due work stays never due even after `advance(Duration::MAX)`.
+pub(crate) fn now_units(now_ns: u64) -> u64 {
+    (now_ns / DEADLINE_UNIT_NS).min(DEADLINE_NEVER - 1)
+}
+
 impl Shared {
-    /// Takes the first due work that is not running elsewhere. A due work that is still
-    /// running stays detached and is put back when its run completes.
-    pub(crate) fn take_ready(&self, core: &mut Core) -> Option<Taken> {
-        while let Some(key) = core.timers.pop_ready() {
-            let header = core.timers.value(key).header();
+    /// Judges `entry` at `now` (units). Clears `QUEUED` when the live entry goes stale,
+    /// and sets `FIRING` before reading a timeout work's touch stamp.
+    fn classify(&self, entry: &Entry, now: u64) -> Class {
+        let work = entry.work();
+        let header = work.header();
+        loop {
             let mut state = load(header);
-            // Still running: detached, put back when the run completes. A `Yield`
-            // increment a flusher takes over: detached, the flusher takes it (or puts it
-            // back when it stops).
-            if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
+            if !state.is_live_entry(entry.epoch()) {
+                return Class::Stale;
+            }
+            if !state.has(PENDING) {
+                if cas(header, state, state.without(QUEUED)) {
+                    return Class::Stale;
+                }
                 continue;
             }
-            let deadline_ns = core.timers.deadline_ns(key);
-            let work = core.timers.remove(key).to_cell();
-            state.start_run();
-            store(work.header(), state);
-            return Some(Taken {
-                work,
-                deadline_ns,
-                worker_slot: None,
+            let mut due = state.deadline();
+            let mut stamp = 0;
+            if state.has(TIMEOUT) {
+                if !state.has(FIRING) {
+                    if !cas(header, state, state.with(FIRING)) {
+                        continue;
+                    }
+                    state.set(FIRING);
+                }
+                stamp = header.period_or_touch.load(Ordering::SeqCst);
+                due = due.max(self.touch_due(stamp, work.period_ns()));
+            }
+            if due > now {
+                return Class::Wait(due);
+            }
+            if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
+                if cas(header, state, state.without(QUEUED)) {
+                    return Class::Stale;
+                }
+                continue;
+            }
+            return Class::Due(state, due, stamp);
+        }
+    }
+
+    /// When a timeout work touched at `stamp` may run (units): never earlier than the
+    /// true touch + idle.
+    fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
+        let precise = stamp & PRECISE_TOUCH != 0;
+        let at = (stamp & !PRECISE_TOUCH).saturating_add(self.touch_margin_ns(!precise));
+        units_ceil(at.saturating_add(idle_ns))
+    }
+
+    /// Moves what is due at `now_ns` from the wheel to the ready queue, dropping stale
+    /// entries and placing postponed ones again.
+    pub(crate) fn expire(&self, core: &mut Core, now_ns: u64) {
+        let now = now_units(now_ns);
+        core.timers
+            .expire(now, |entry| match self.classify(&entry, now) {
+                Class::Stale => None,
+                Class::Wait(due) | Class::Due(_, due, _) => Some((entry, due)),
             });
+    }
+
+    /// Takes the first ready work that is due and not running elsewhere. A due work that
+    /// is still running loses its entry and gets a new one when its run completes.
+    pub(crate) fn take_ready(&self, core: &mut Core, now_ns: u64) -> Option<Taken> {
+        let now = now_units(now_ns);
+        while let Some((_, entry)) = core.timers.pop_ready() {
+            loop {
+                match self.classify(&entry, now) {
+                    Class::Stale => break,
+                    Class::Wait(due) => {
+                        core.timers.defer(entry, due);
+                        break;
+                    }
+                    Class::Due(state, due, touch_stamp) => {
+                        let mut running = state;
+                        running.start_run();
+                        if !cas(entry.work().header(), state, running) {
+                            continue;
+                        }
+                        return Some(Taken {
+                            work: entry.into_work(),
+                            deadline_ns: units_to_ns(due),
+                            touch_stamp,
+                            worker_slot: None,
+                        });
+                    }
+                }
+            }
         }
         None
     }
@@ -77,6 +167,7 @@ impl Shared {
         let Taken {
             work,
             deadline_ns,
+            touch_stamp,
             worker_slot,
         } = taken;
         let outcome = {
@@ -132,7 +223,7 @@ impl Shared {
             (Some(Next::Yield), Some(backoff)) => backoff.after_yield(),
             _ => 0,
         };
-        self.complete(work, outcome, worker_slot, yield_delay_ns);
+        self.complete(work, outcome, worker_slot, yield_delay_ns, touch_stamp);
         Executed::Completed
     }
 
@@ -142,6 +233,7 @@ impl Shared {
         next: Option<Next>,
         worker_slot: Option<usize>,
         yield_delay_ns: u64,
+        touch_stamp: u64,
     ) {
         let mut core = self.lock();
         if let Some(restore) = worker_slot.and_then(|slot| core.lending.finish(slot)) {
@@ -150,73 +242,83 @@ impl Shared {
             restore.apply();
         }
         let header = work.header();
-        let mut state = load(header);
-        state.clear(RUNNING | RUNNING_INCREMENT);
         // Counted under the lock, together with clearing RUNNING: a waiter that saw the
         // run in progress knows it ended when the count moved (see `wait_for_run`).
         header.stats.count_run();
-        match next {
-            None => {
-                state.set(POISONED);
-                self.disarm(&mut core, &mut state);
+        let now = self.now_ns();
+        let shutdown = core.shutdown;
+        let period = work.period_ns();
+        let (_, state) = self
+            .commit(&mut core, &work, now, |old| {
+                let mut new = old.without(RUNNING | RUNNING_INCREMENT | REARM_REFUSED);
+                match next {
+                    None => {
+                        new.set(POISONED);
+                        new.disarm();
+                    }
+                    Some(next) if !old.refuses_arm() && !shutdown => {
+                        self.apply_next(&mut new, next, now, period, yield_delay_ns);
+                    }
+                    Some(_) => {}
+                }
+                Some(new)
+            })
+            .expect("the edit always applies");
+        if state.has(TIMEOUT) && !state.has(PENDING | STOPPED) && !state.refuses_arm() && !shutdown
+        {
+            // A touch during the run is never lost: read after RUNNING was cleared (the
+            // mirror of `touch_timeout`), a newer stamp arms the work for touch + idle.
+            let stamp = header.period_or_touch.load(Ordering::SeqCst);
+            if stamp > touch_stamp {
+                let due = self.touch_due(stamp, period);
+                self.commit(&mut core, &work, now, |old| {
+                    if old.has(PENDING | STOPPED | RUNNING) || old.refuses_arm() {
+                        return None;
+                    }
+                    let mut new = old;
+                    new.arm(due);
+                    Some(new)
+                });
             }
-            Some(next) if !state.refuses_arm() && !core.shutdown => {
-                self.apply_next(&mut core, &work, &mut state, next, yield_delay_ns);
-            }
-            Some(_) => {}
         }
-        if state.has(PENDING) {
-            // An instance that came due while we ran was detached; it may run now.
-            core.timers.make_ready(state.key());
-            let now = self.now_ns(&core);
-            let deadline = core.timers.deadline_ns(state.key());
-            self.kick(&mut core, deadline, now);
-        }
-        state.clear(REARM_REFUSED);
-        store(header, state);
         if core.run_waiters > 0 {
             self.run_done.notify_all();
         }
         if yield_delay_ns > 0 {
             core.deferred_yields += 1;
         }
+        drop(core);
         if state.has(ORPHANED) {
-            // The handle is gone: ours is the last reference, and the closure's destructor
-            // is user code, so it runs after the lock is released.
-            drop(core);
-            drop_contained(work);
-        } else {
-            // Not the last reference (the handle is alive), so nothing user-visible runs.
-            drop(work);
-            drop(core);
+            // The handle is gone and left the closure to us; its destructor is user
+            // code, so it runs after the lock is released.
+            drop_contained(&work);
         }
+        drop(work);
     }
 
+    /// Applies the callback's decision to the new state word.
     fn apply_next(
         &self,
-        core: &mut Core,
-        work: &WorkRef,
         state: &mut State,
         next: Next,
+        now_ns: u64,
+        period_ns: u64,
         yield_delay_ns: u64,
     ) {
         let slack = self.slack_ns();
         match next {
             Next::Park => {}
             Next::Stop => {
-                self.disarm(core, state);
+                state.disarm();
                 state.set(STOPPED);
             }
             Next::Again | Next::After(_) if state.has(PENDING) => {}
-            Next::Again => {
-                let period = work.header().period_ns.load(Ordering::Relaxed);
-                self.arm_after(core, work, state, period.max(slack));
+            Next::Again => state.arm(Shared::deadline_after(now_ns, period_ns.max(slack))),
+            Next::After(delay) => {
+                state.arm(Shared::deadline_after(now_ns, nanos(delay).max(slack)));
             }
-            Next::After(delay) => self.arm_after(core, work, state, nanos(delay).max(slack)),
             Next::Yield => {
-                self.disarm(core, state);
-                let now = self.now_ns(core);
-                self.arm(core, work, state, now.saturating_add(yield_delay_ns), now);
+                state.arm(Shared::deadline_after(now_ns, yield_delay_ns));
                 state.set(YIELDED);
             }
         }
@@ -228,15 +330,19 @@ impl Shared {
         let Some(mut core) = self.lock_unless_forked() else {
             return 0;
         };
-        let target = core.virtual_now_ns.saturating_add(nanos(by));
+        let start = self.virtual_now_ns.load(Ordering::Acquire);
+        let target = start.saturating_add(nanos(by));
         let mut runs = 0;
         loop {
-            core.timers.expire(target);
-            let Some(taken) = self.take_ready(&mut core) else {
+            self.expire(&mut core, target);
+            let Some(taken) = self.take_ready(&mut core, target) else {
                 break;
             };
-            core.virtual_now_ns = core.virtual_now_ns.max(taken.deadline_ns);
-            let now = core.virtual_now_ns;
+            let now = self
+                .virtual_now_ns
+                .load(Ordering::Acquire)
+                .max(taken.deadline_ns);
+            self.virtual_now_ns.store(now, Ordering::Release);
             drop(core);
             let executed = self.execute(scheduler, taken, now, None);
             runs += 1;
@@ -245,11 +351,11 @@ impl Shared {
             }
             core = self.lock();
         }
-        core.virtual_now_ns = core.virtual_now_ns.max(target);
+        let now = self.virtual_now_ns.load(Ordering::Acquire).max(target);
+        self.virtual_now_ns.store(now, Ordering::Release);
         runs
     }
 }
-
 /// The unwinding that carries a `fork()`ed child out of a callback (see
 /// [`leave_forked_child`]); never seen outside nicework.
 struct LeavingForkedChild;
@@ -290,10 +396,12 @@ pub(crate) fn contain(what: &str, f: impl FnOnce()) {
     }
 }
 
-/// Drops the last reference to a work, whose closure's destructor is user code.
-pub(crate) fn drop_contained(work: WorkRef) {
-    contain("a work's closure panicked while being dropped", move || {
-        drop(work)
+/// Drops a work's closure at the end of its life; its destructor is user code.
+pub(crate) fn drop_contained(work: &WorkRef) {
+    contain("a work's closure panicked while being dropped", || {
+        // SAFETY: the caller ends the work's life: the handle is gone or going, no run is
+        // in progress and none can start (`ORPHANED` refuses every arm).
+        unsafe { work.drop_closure() }
     });
 }
 

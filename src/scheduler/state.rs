@@ -1,49 +1,68 @@
-//! A work's state word.
+//! A work's state word: its flags and its deadline, in one atomic.
 //!
 //! # Ground rules
 //!
-//! - The word is written only while the scheduler's core lock is held, so every writer
-//!   sees the latest value and a plain `store` suffices (no read-modify-write loops).
-//! - It is read without the lock by the fast paths: `touch()` (one `SeqCst` load),
-//!   `is_pending()`, `is_running()`, `is_poisoned()`.
-//! - `PENDING` is set exactly while the work owns a timer entry, whose key is in the top 32
-//!   bits. `RUNNING` is set exactly while one thread executes the callback; only the thread
-//!   that set it may touch the closure. Together they give non-reentrancy: a due entry
-//!   whose work is still `RUNNING` is detached and goes back on the ready list when the run
-//!   ends.
-//! - The disable count (bits 11..32) refuses every arm while it is above zero, including the
-//!   running callback's own re-arm. It belongs to `disable`/`enable` alone.
-//! - `CANCEL_WAITING` refuses every arm while a `cancel_sync` (or a drop) waits for the
-//!   running instance, as the kernel's `cancel_delayed_work_sync` is "disable, flush,
-//!   enable". It is a separate flag, with the number of waiters kept under the core lock,
-//!   so that an `enable()` without a matching `disable()` cannot lift it.
+//! - Every write is a compare-and-swap of the whole word (or an atomic `fetch_and`/
+//!   `fetch_or` of flags no other writer decides on), because some transitions happen
+//!   without the scheduler's core lock: the fast paths of `reschedule`, `schedule`,
+//!   `cancel` and a timeout work's `touch`. A writer under the lock computes its new word
+//!   from the one it read and retries if the word moved meanwhile.
+//! - `PENDING` means "logically armed": the deadline field holds when it is due. Arming
+//!   and disarming are single CASes: a due work is taken (`PENDING` → `RUNNING`) by a CAS
+//!   too, so a reschedule or cancel racing with the take is either before it (and the
+//!   take sees it) or after it (and applies to the next instance).
+//! - `QUEUED` means the work has a *live* entry in the timer structure: an entry tagged
+//!   with the word's current `EPOCH`. While `QUEUED`, that entry sits at a tick no later
+//!   than the deadline field (for a timeout work: no later than its effective due time).
+//!   So a lock-free arm may set any deadline at or after the current one and rely on the
+//!   entry to wake a worker in time; an earlier deadline needs a new entry, which only
+//!   the lock may link (bumping `EPOCH`, so the old entry is recognised as stale).
+//!   Entries are removed lazily: a cancelled work keeps its entry until its tick comes,
+//!   and the worker then drops it (one wakeup at most, shared with anything else due).
+//! - `RUNNING` is set exactly while one thread executes the callback; only the thread
+//!   that set it may touch the closure. A due entry whose work is still `RUNNING` is
+//!   dropped (`QUEUED` cleared) and the completion links a new one: non-reentrancy.
+//! - `DISABLED` refuses every arm while the disable count (kept under the core lock) is
+//!   above zero. `CANCEL_WAITING` refuses every arm while a `cancel_sync` (or a drop)
+//!   waits for the running instance, as the kernel's `cancel_delayed_work_sync` is
+//!   "disable, flush, enable"; it is a separate flag so that an `enable()` without a
+//!   matching `disable()` cannot lift it.
+//! - `FIRING` (timeout works): set by a worker before it reads the work's latest touch to
+//!   decide whether it is due, and cleared by every `touch()` that records a newer time.
+//!   The worker's take is a CAS that expects `FIRING`, so a touch that lands between the
+//!   worker's read and its take makes the take fail and the decision is made again.
 //!
-//! # State field
+//! # Layout
 //!
 //! ```text
-//! | 63 .. 32  | 31 .. 8        | 7 .. 0 |
-//! | timer key | disable count  | flags  |
+//! | 63 .. 20                     | 19 .. 17 | 16 .. 0 |
+//! | deadline (100 µs units)      | epoch    | flags   |
 //! ```
+//!
+//! The deadline counts 100 µs units from the scheduler's epoch, rounded up (never early),
+//! and saturates at [`DEADLINE_NEVER`] (about 55 years), which is never due.
 
-/// Has a timer entry (armed, due, or waiting for its running instance to end).
+/// Logically armed: the deadline field is when it is due.
 pub(crate) const PENDING: u64 = 1 << 0;
 /// Its callback is executing on some thread.
 pub(crate) const RUNNING: u64 = 1 << 1;
 /// Its callback panicked; it never runs again.
 pub(crate) const POISONED: u64 = 1 << 2;
-/// The callback returned `Next::Stop`: `touch()` no longer arms it, `schedule` does.
+/// The callback returned `Next::Stop`, or `cancel_sync` ran: `touch()` no longer arms
+/// it, `schedule` does.
 pub(crate) const STOPPED: u64 = 1 << 3;
 /// Cancelled from inside its own run: the run's own re-arm is refused.
 pub(crate) const REARM_REFUSED: u64 = 1 << 4;
-/// Its handle was dropped inside its own run: the runner frees the closure afterwards.
+/// Its handle was dropped: nothing arms it again, and whoever ends its last run frees
+/// the closure.
 pub(crate) const ORPHANED: u64 = 1 << 5;
 /// The pending instance was armed by `Next::Yield`: a flusher takes it over.
 pub(crate) const YIELDED: u64 = 1 << 6;
-/// The period is fixed (`every`); `schedule`/`reschedule` only move the deadline.
+/// The period is fixed (`every`, `timeout`); `schedule`/`reschedule` only move the
+/// deadline.
 pub(crate) const FIXED_PERIOD: u64 = 1 << 7;
 /// One or more `cancel_sync` (or drop) calls wait for the running instance; they are
-/// counted in the core's `cancel_waiters`. Kept apart from the disable count so that an
-/// unmatched `enable()` can never undo their refusal.
+/// counted in the core's `cancel_waiters`.
 pub(crate) const CANCEL_WAITING: u64 = 1 << 8;
 /// The run in progress is a `Yield` increment: a flusher waits for it and then takes
 /// over the rest, where it does not wait for a run that `Again`/`After` armed.
@@ -51,15 +70,47 @@ pub(crate) const RUNNING_INCREMENT: u64 = 1 << 9;
 /// A flush is taking over the work's `Yield` increments: workers leave a pending
 /// increment to it instead of running it themselves.
 pub(crate) const FLUSH_TAKEOVER: u64 = 1 << 10;
+/// The disable count (kept in the core) is above zero: every arm is refused.
+pub(crate) const DISABLED: u64 = 1 << 11;
+/// Has a live entry in the timer structure (see the ground rules).
+pub(crate) const QUEUED: u64 = 1 << 12;
+/// A timeout work: `touch()` postpones it (see `timeout`).
+pub(crate) const TIMEOUT: u64 = 1 << 13;
+/// A worker is deciding whether this timeout work is due (see the ground rules).
+pub(crate) const FIRING: u64 = 1 << 14;
+/// It has a custom name in the name table.
+pub(crate) const NAMED: u64 = 1 << 15;
+/// The closure has been dropped (the handle let go of it, or its last run ended after
+/// that); the allocation may live on while timer entries still point at it.
+pub(crate) const CLOSURE_DROPPED: u64 = 1 << 16;
 
-const DISABLE_SHIFT: u32 = 11;
-const DISABLE_ONE: u64 = 1 << DISABLE_SHIFT;
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
-const DISABLE_MASK: u64 = DISABLE_MAX << DISABLE_SHIFT;
-const KEY_SHIFT: u32 = 32;
 
-/// A decoded copy of the state word; edit it, then store it back under the lock.
+const EPOCH_SHIFT: u32 = 17;
+const EPOCH_MASK: u64 = 0b111 << EPOCH_SHIFT;
+const DEADLINE_SHIFT: u32 = 20;
+
+/// Length of one deadline unit, in nanoseconds. Slacks are whole multiples of it.
+pub(crate) const DEADLINE_UNIT_NS: u64 = 100_000;
+/// The saturated deadline: never due.
+pub(crate) const DEADLINE_NEVER: u64 = (1 << (64 - DEADLINE_SHIFT)) - 1;
+
+/// Converts scheduler nanoseconds to deadline units, rounding up and saturating.
+pub(crate) fn units_ceil(ns: u64) -> u64 {
+    ns.div_ceil(DEADLINE_UNIT_NS).min(DEADLINE_NEVER)
+}
+
+/// Converts deadline units to scheduler nanoseconds (`u64::MAX` for never).
+pub(crate) fn units_to_ns(units: u64) -> u64 {
+    if units >= DEADLINE_NEVER {
+        u64::MAX
+    } else {
+        units * DEADLINE_UNIT_NS
+    }
+}
+
+/// A decoded copy of the state word; edit it, then publish it with a CAS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct State(pub(crate) u64);
 
@@ -76,46 +127,69 @@ impl State {
         self.0 &= !flag;
     }
 
-    pub(crate) fn disabled(self) -> u64 {
-        (self.0 & DISABLE_MASK) >> DISABLE_SHIFT
+    /// With `flag` set (by value).
+    pub(crate) fn with(mut self, flag: u64) -> State {
+        self.set(flag);
+        self
     }
 
-    /// Adds one disable level; returns false (and changes nothing) at `DISABLE_MAX`.
-    pub(crate) fn disable(&mut self) -> bool {
-        if self.disabled() == DISABLE_MAX {
-            return false;
-        }
-        self.0 += DISABLE_ONE;
-        true
+    /// With `flag` cleared (by value).
+    pub(crate) fn without(mut self, flag: u64) -> State {
+        self.clear(flag);
+        self
     }
 
-    /// Removes one disable level; returns false if none was held.
-    pub(crate) fn enable(&mut self) -> bool {
-        if self.disabled() == 0 {
-            return false;
-        }
-        self.0 -= DISABLE_ONE;
-        true
+    /// The deadline, in units (meaningful while `PENDING` or `QUEUED`).
+    pub(crate) fn deadline(self) -> u64 {
+        self.0 >> DEADLINE_SHIFT
     }
 
-    /// The timer key, valid only while `PENDING`.
-    pub(crate) fn key(self) -> u32 {
-        (self.0 >> KEY_SHIFT) as u32
+    pub(crate) fn set_deadline(&mut self, units: u64) {
+        self.0 =
+            (self.0 & ((1 << DEADLINE_SHIFT) - 1)) | (units.min(DEADLINE_NEVER) << DEADLINE_SHIFT);
     }
 
-    pub(crate) fn set_pending(&mut self, key: u32) {
-        self.0 = (self.0 & 0xFFFF_FFFF) | (u64::from(key) << KEY_SHIFT) | PENDING;
+    /// The epoch of the live timer entry.
+    pub(crate) fn epoch(self) -> u8 {
+        ((self.0 & EPOCH_MASK) >> EPOCH_SHIFT) as u8
     }
 
-    pub(crate) fn clear_pending(&mut self) {
-        self.0 &= 0xFFFF_FFFF & !(PENDING | YIELDED);
+    /// Arms for `deadline` (units): `PENDING`, not stopped, not a `Yield` increment.
+    pub(crate) fn arm(&mut self, deadline: u64) {
+        self.set_deadline(deadline);
+        self.set(PENDING);
+        self.clear(STOPPED | YIELDED);
+    }
+
+    /// Disarms: the pending instance (if any) will not run. The timer entry stays until
+    /// its tick (see the ground rules).
+    pub(crate) fn disarm(&mut self) {
+        self.clear(PENDING | YIELDED);
+    }
+
+    /// Whether arming `self` (the old word) into `new` needs a new timer entry: there is
+    /// no live one, or the new deadline is earlier than the one it was placed for.
+    pub(crate) fn needs_entry(self, new: State) -> bool {
+        new.has(PENDING) && (!self.has(QUEUED) || new.deadline() < self.deadline())
+    }
+
+    /// Claims a new live entry: `QUEUED` with the next epoch. Returns that epoch.
+    pub(crate) fn claim_entry(&mut self) -> u8 {
+        let epoch = (self.epoch() + 1) & 0b111;
+        self.0 = (self.0 & !EPOCH_MASK) | (u64::from(epoch) << EPOCH_SHIFT) | QUEUED;
+        epoch
+    }
+
+    /// Whether an entry tagged `epoch` is the live one.
+    pub(crate) fn is_live_entry(self, epoch: u8) -> bool {
+        self.has(QUEUED) && self.epoch() == epoch
     }
 
     /// Takes the pending instance to run it: `RUNNING`, remembering whether it is a
-    /// `Yield` increment. The timer entry must have been removed.
+    /// `Yield` increment. The timer entry is consumed (or left stale).
     pub(crate) fn start_run(&mut self) {
         let increment = self.has(YIELDED);
-        self.clear_pending();
+        self.clear(PENDING | YIELDED | QUEUED | FIRING);
         self.set(RUNNING);
         if increment {
             self.set(RUNNING_INCREMENT);
@@ -125,7 +199,7 @@ impl State {
     /// Whether an arm request must be refused (disabled, poisoned, being cancelled, or
     /// orphaned).
     pub(crate) fn refuses_arm(self) -> bool {
-        self.disabled() > 0 || self.has(POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING)
+        self.has(DISABLED | POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING)
     }
 }
 
@@ -134,23 +208,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_and_flags_do_not_overlap() {
-        let mut state = State(RUNNING | FIXED_PERIOD);
-        assert!(state.disable());
-        state.set_pending(u32::MAX);
-        assert_eq!(state.key(), u32::MAX);
-        assert_eq!(state.disabled(), 1);
-        assert!(state.has(RUNNING | PENDING));
-        state.clear_pending();
-        assert_eq!(state, State(RUNNING | FIXED_PERIOD | DISABLE_ONE));
-        assert!(state.enable());
-        assert!(!state.enable());
+    fn deadline_epoch_and_flags_do_not_overlap() {
+        let mut state = State(RUNNING | FIXED_PERIOD | CLOSURE_DROPPED);
+        state.arm(DEADLINE_NEVER);
+        assert_eq!(state.deadline(), DEADLINE_NEVER);
+        for _ in 0..9 {
+            let epoch = state.claim_entry();
+            assert!(state.is_live_entry(epoch));
+            assert!(!state.is_live_entry((epoch + 1) & 0b111));
+        }
+        assert!(state.has(RUNNING | PENDING | QUEUED | FIXED_PERIOD | CLOSURE_DROPPED));
+        state.disarm();
+        state.start_run();
+        assert_eq!(state.deadline(), DEADLINE_NEVER);
+        assert!(!state.has(PENDING | QUEUED));
     }
 
     #[test]
-    fn disable_saturates() {
-        let mut state = State(DISABLE_MAX << DISABLE_SHIFT);
-        assert!(!state.disable());
-        assert_eq!(state.disabled(), DISABLE_MAX);
+    fn units_round_up_and_saturate() {
+        assert_eq!(units_ceil(0), 0);
+        assert_eq!(units_ceil(1), 1);
+        assert_eq!(units_ceil(DEADLINE_UNIT_NS), 1);
+        assert_eq!(units_ceil(u64::MAX), DEADLINE_NEVER);
+        assert_eq!(units_to_ns(DEADLINE_NEVER), u64::MAX);
+        let mut state = State(0);
+        state.set_deadline(u64::MAX);
+        assert_eq!(state.deadline(), DEADLINE_NEVER);
+    }
+
+    #[test]
+    fn moving_a_deadline_earlier_needs_an_entry() {
+        let mut old = State(0);
+        old.arm(10);
+        assert!(old.needs_entry(old), "no live entry yet");
+        old.claim_entry();
+        let mut later = old;
+        later.arm(20);
+        assert!(!old.needs_entry(later));
+        let mut earlier = old;
+        earlier.arm(5);
+        assert!(old.needs_entry(earlier));
+        assert!(
+            !old.needs_entry(old.without(PENDING)),
+            "disarming needs none"
+        );
     }
 }

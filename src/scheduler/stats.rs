@@ -3,6 +3,10 @@
 //! Only the thread running the work writes them (runs are exclusive), so each field is a
 //! relaxed load and store, never a read-modify-write; readers may see fields of two
 //! adjacent runs mixed, which is fine for statistics.
+//!
+//! The two maxima share one word as two 32-bit [`Approx`] values (exact below 16.7 ms,
+//! then within one part in 16 million, always rounded down), which keeps a work's header
+//! at 72 bytes.
 
 use std::time::{Duration, Instant};
 
@@ -67,8 +71,8 @@ pub(crate) struct StatsCounters {
     runs: AtomicU64,
     parks: AtomicU64,
     busy_total_ns: AtomicU64,
-    busy_max_ns: AtomicU64,
-    lateness_max_ns: AtomicU64,
+    /// The longest run (high half) and the largest lateness (low half), as [`Approx`].
+    maxima: AtomicU64,
     /// Start of the latest run in scheduler ns, plus one (zero: never ran).
     last_run_ns: AtomicU64,
 }
@@ -79,8 +83,7 @@ impl StatsCounters {
             runs: AtomicU64::new(0),
             parks: AtomicU64::new(0),
             busy_total_ns: AtomicU64::new(0),
-            busy_max_ns: AtomicU64::new(0),
-            lateness_max_ns: AtomicU64::new(0),
+            maxima: AtomicU64::new(0),
             last_run_ns: AtomicU64::new(0),
         }
     }
@@ -106,26 +109,77 @@ impl StatsCounters {
         };
         // Unconditional stores: busy time is wall-clock, and a branch on it would make the
         // sequence of atomic operations differ between loom executions.
-        let raise = |field: &AtomicU64, to: u64| {
-            field.store(field.load(Ordering::Relaxed).max(to), Ordering::Relaxed)
-        };
+        let maxima = self.maxima.load(Ordering::Relaxed);
+        let busy_max = ((maxima >> 32) as u32).max(Approx::encode(busy_ns));
+        let lateness_max = (maxima as u32).max(Approx::encode(lateness_ns));
+        self.maxima.store(
+            (u64::from(busy_max) << 32) | u64::from(lateness_max),
+            Ordering::Relaxed,
+        );
         bump(&self.parks, u64::from(parked));
         bump(&self.busy_total_ns, busy_ns);
-        raise(&self.busy_max_ns, busy_ns);
-        raise(&self.lateness_max_ns, lateness_ns);
         self.last_run_ns
             .store(started_ns.saturating_add(1), Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self, instant_at: impl Fn(u64) -> Instant) -> WorkStats {
         let last = self.last_run_ns.load(Ordering::Relaxed);
+        let maxima = self.maxima.load(Ordering::Relaxed);
         WorkStats {
             runs: self.runs.load(Ordering::Relaxed),
             parks: self.parks.load(Ordering::Relaxed),
             busy_total: Duration::from_nanos(self.busy_total_ns.load(Ordering::Relaxed)),
-            busy_max: Duration::from_nanos(self.busy_max_ns.load(Ordering::Relaxed)),
-            lateness_max: Duration::from_nanos(self.lateness_max_ns.load(Ordering::Relaxed)),
+            busy_max: Duration::from_nanos(Approx::decode((maxima >> 32) as u32)),
+            lateness_max: Duration::from_nanos(Approx::decode(maxima as u32)),
             last_run: last.checked_sub(1).map(instant_at),
+        }
+    }
+}
+
+/// A nanosecond count in 32 bits: an 8-bit shift and a 24-bit mantissa. Exact below
+/// 2^24 ns (16.7 ms), then rounded down to 24 significant bits. Encodings order like the
+/// values they encode, so a maximum is a plain integer `max`.
+struct Approx;
+
+impl Approx {
+    fn encode(ns: u64) -> u32 {
+        let bits = 64 - ns.leading_zeros();
+        let shift = bits.saturating_sub(24);
+        ((shift << 24) | (ns >> shift) as u32) as u32
+    }
+
+    fn decode(encoded: u32) -> u64 {
+        u64::from(encoded & 0x00FF_FFFF) << (encoded >> 24)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Approx;
+
+    #[test]
+    fn approx_is_exact_for_small_values_and_never_rounds_up() {
+        for ns in [0, 1, 999, (1 << 24) - 1] {
+            assert_eq!(Approx::decode(Approx::encode(ns)), ns);
+        }
+        for ns in [
+            1 << 24,
+            250_000_000,
+            1_000_000_000,
+            3_600_000_000_123,
+            u64::MAX,
+        ] {
+            let back = Approx::decode(Approx::encode(ns));
+            assert!(back <= ns && ns - back <= ns >> 23, "{ns} -> {back}");
+        }
+        assert_eq!(Approx::decode(Approx::encode(250_000_000)), 250_000_000);
+    }
+
+    #[test]
+    fn approx_keeps_order() {
+        let values = [0u64, 5, 1 << 24, (1 << 24) + 7, 1 << 40, u64::MAX];
+        for pair in values.windows(2) {
+            assert!(Approx::encode(pair[0]) <= Approx::encode(pair[1]));
         }
     }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 use super::{Ctx, Header, Next, WorkStats};
 
 use super::core::Shared;
-use super::inner::{WorkInner, WorkRef};
-use super::ops::Release;
+use super::inner::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
+use super::ops::{Release, PRECISE_TOUCH};
 use super::run::drop_contained;
-use super::state::{State, FIXED_PERIOD, PENDING, POISONED, RUNNING};
+use super::state::{State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT};
 use crate::sync::Ordering;
 use crate::Scheduler;
 
@@ -73,7 +73,34 @@ impl Work {
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
         let flags = if fixed { FIXED_PERIOD } else { 0 };
-        let work: WorkRef = Arc::new(WorkInner::new(Header::new(flags, period_ns), f));
+        Work::from_callback(scheduler, Closure::new(f), flags, period_ns)
+    }
+
+    /// A timeout work (see [`Scheduler::timeout`]); its period word is its touch stamp.
+    pub(crate) fn new_timeout<F>(scheduler: &Scheduler, f: F, idle_ns: u64) -> Work
+    where
+        F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        let precise = if scheduler.shared().coarse_touch(idle_ns) {
+            0
+        } else {
+            PRECISE_TOUCH
+        };
+        Work::from_callback(
+            scheduler,
+            TimeoutClosure::new(idle_ns, f),
+            TIMEOUT | FIXED_PERIOD,
+            precise,
+        )
+    }
+
+    fn from_callback(
+        scheduler: &Scheduler,
+        callback: impl Callback,
+        flags: u64,
+        period_word: u64,
+    ) -> Work {
+        let work: WorkRef = Arc::new(WorkInner::new(Header::new(flags, period_word), callback));
         Work {
             inner: ManuallyDrop::new(work),
             shared: scheduler.shared().clone(),
@@ -297,12 +324,13 @@ impl Work {
 
     /// Whether [`disable`](Self::disable) levels are held.
     pub fn is_disabled(&self) -> bool {
-        self.state().disabled() > 0
+        self.state().has(DISABLED)
     }
 
-    /// The period used by [`Next::Again`] and [`touch`](Self::touch).
+    /// The period used by [`Next::Again`] and [`touch`](Self::touch) (a timeout work's
+    /// idle duration).
     pub fn period(&self) -> Duration {
-        Duration::from_nanos(self.inner.header().period_ns.load(Ordering::Relaxed))
+        Duration::from_nanos(self.inner.period_ns())
     }
 
     /// A snapshot of its statistics.
@@ -327,7 +355,7 @@ impl Work {
     /// assert_eq!(work.name(), "shard-7 purge");
     /// ```
     pub fn named(self, name: impl Into<String>) -> Work {
-        self.inner.header().set_name(name.into().into_boxed_str());
+        self.inner.set_name(name.into().into_boxed_str());
         self
     }
 
@@ -342,19 +370,26 @@ impl Work {
     /// cycle (`run_chunked`'s helpers borrow the caller's stack; they are set up so that
     /// no cycle can pass through this wait).
     pub(crate) fn drop_waiting(self) {
-        self.shared
+        let (_, drop_closure) = self
+            .shared
             .cancel_and_wait(&self.inner, Release::DropAndWait);
+        if drop_closure {
+            drop_contained(&self.inner);
+        }
+        // The handle's own drop finds the work released already and does nothing more.
     }
 }
 
 impl Drop for Work {
     fn drop(&mut self) {
-        self.shared.release(&self.inner);
-        // SAFETY: `self.inner` is not used again: this is the handle's destructor.
-        let work = unsafe { ManuallyDrop::take(&mut self.inner) };
-        // Usually the last reference: the closure's destructor (user code) runs here, and
-        // a panic in it must not escape into the caller's `drop`.
-        drop_contained(work);
+        if self.shared.release(&self.inner) {
+            // The closure's destructor is user code, and a panic in it must not escape
+            // into the caller's `drop`.
+            drop_contained(&self.inner);
+        }
+        // Not the last reference to a live closure: it is dropped, or a runner owns its
+        // end. SAFETY: `self.inner` is not used again: this is the handle's destructor.
+        drop(unsafe { ManuallyDrop::take(&mut self.inner) });
     }
 }
 

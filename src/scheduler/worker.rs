@@ -22,6 +22,7 @@ use super::backoff::Backoff;
 use super::core::Shared;
 use super::handle::Handle;
 use super::run::Executed;
+use super::state::units_to_ns;
 use crate::clock::timerfd::TimerReader;
 use crate::sync::{thread_local, wait};
 use crate::Error;
@@ -61,9 +62,9 @@ pub(crate) fn main(
         if core.shutdown {
             break;
         }
-        let now = shared.now_ns(&core);
-        core.timers.expire(now);
-        if let Some(mut taken) = shared.take_ready(&mut core) {
+        let now = shared.now_ns();
+        shared.expire(&mut core, now);
+        if let Some(mut taken) = shared.take_ready(&mut core, now) {
             taken.worker_slot = Some(slot);
             core.lending
                 .start(slot, crate::scheduler::frames::address(&taken.work));
@@ -90,7 +91,10 @@ pub(crate) fn main(
             continue;
         }
         if !core.poller_blocked {
-            let wake = core.timers.next_wake_ns(now);
+            let wake = core
+                .timers
+                .next_wake(super::run::now_units(now))
+                .map(units_to_ns);
             shared.program(&mut core, wake, now);
             core.poller_blocked = true;
             drop(core);

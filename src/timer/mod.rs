@@ -1,265 +1,234 @@
-//! The deadline structure: a hierarchical wheel over slab-allocated entries, plus the
-//! ready list of entries that are due.
+//! The deadline structure: a hierarchical wheel of slots holding entries, plus the ready
+//! queue of entries that are due.
 //!
 //! # Ground rules
 //!
-//! - Every armed work has exactly one entry, and an entry is in exactly one place: a wheel
-//!   slot, the ready list, or *detached* (taken off the ready list while the same work was
-//!   still running elsewhere; it goes back on the ready list when that run ends). A parked
-//!   or cancelled work has no entry at all, so idle works cost the wheel nothing.
-//! - Arm and cancel are O(1): a slab insert or remove and an intrusive list link or unlink.
-//! - The ready list is ordered by exact deadline (ties keep arrival order), so works run in
-//!   deadline order within a tick, and a `Yield` (deadline "now") goes behind everything
-//!   already due.
-//! - Deadlines are rounded up to whole ticks, and the tick is the scheduler's slack: all
-//!   deadlines within one tick fire in one wakeup, and none fires early.
+//! - The structure stores opaque values with the deadline they were placed for. It never
+//!   removes a value on request: removal is *lazy*. When a slot's tick comes, every value
+//!   in it is handed to the owner's `decide` callback, which drops it (stale), or returns
+//!   it with the deadline it must wait for now (it is then placed again: one level lower,
+//!   or on the ready queue if due). So placing a value is O(1), and the owner can move a
+//!   deadline *later* without touching the structure at all; the owner keeps, per value,
+//!   the rule for which of its entries are live (see the scheduler's state word).
+//! - Deadlines are in units; the wheel's tick is a whole number of units (the scheduler's
+//!   slack), and a deadline is rounded up to whole ticks, so all deadlines within one tick
+//!   fire in one wakeup and none fires early.
+//! - The ready queue is ordered by deadline (ties keep arrival order), so works run in
+//!   deadline order, and a `Yield` (deadline "now") goes behind everything already due.
+//! - Slots hold values in fixed-size chunks, so the memory per value is the value's size
+//!   plus a fraction of a chunk header, whatever the number of values per slot.
 //!
 //! The structure is single-threaded; the scheduler keeps it under its core lock.
 
 mod wheel;
 
-use slab::Slab;
+use std::collections::VecDeque;
 
-use wheel::{Wheel, NIL};
+use wheel::{Wheel, LEVELS, SLOTS};
 
-/// Where an entry is linked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Wheel { level: u8, slot: u8 },
-    Ready,
-    Detached,
-}
+/// Values per chunk of a slot.
+const CHUNK: usize = 64;
+/// Ready-queue capacity kept once the queue is empty again.
+const READY_KEPT: usize = 256;
+/// Empty chunks kept for reuse.
+const SPARE_CHUNKS: usize = 16;
 
+/// What a slot holds: chunks of at most `CHUNK` values, each allocated at that capacity.
 #[derive(Debug)]
-struct Entry<T> {
-    value: T,
-    deadline_ns: u64,
-    tick: u64,
-    prev: u32,
-    next: u32,
-    place: Place,
+struct Bag<T> {
+    chunks: Vec<Vec<T>>,
 }
 
-/// Armed entries, keyed by a `u32` slab index that the owner stores in its state word.
+/// Timer entries, placed by deadline.
 #[derive(Debug)]
 pub(crate) struct Timers<T> {
-    entries: Slab<Entry<T>>,
     wheel: Wheel,
-    ready_head: u32,
-    ready_tail: u32,
-    tick_ns: u64,
-    due: Vec<u32>,
+    slots: Box<[Bag<T>]>,
+    ready: VecDeque<(u64, T)>,
+    tick_units: u64,
+    len: usize,
+    spare: Vec<Vec<T>>,
 }
 
 impl<T> Timers<T> {
-    /// An empty structure whose tick (and so coalescing window) is `tick_ns`.
-    pub(crate) fn new(tick_ns: u64) -> Self {
+    /// An empty structure whose tick (and so coalescing window) is `tick_units`.
+    pub(crate) fn new(tick_units: u64) -> Self {
         Timers {
-            entries: Slab::new(),
             wheel: Wheel::new(),
-            ready_head: NIL,
-            ready_tail: NIL,
-            tick_ns: tick_ns.max(1),
-            due: Vec::new(),
+            slots: (0..LEVELS * SLOTS)
+                .map(|_| Bag { chunks: Vec::new() })
+                .collect(),
+            ready: VecDeque::new(),
+            tick_units: tick_units.max(1),
+            len: 0,
+            spare: Vec::new(),
         }
     }
 
-    /// Number of armed entries.
+    /// Number of values held (live or not: stale ones leave when their slot comes).
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
-    /// Arms `value` for `deadline_ns`. A deadline at or before `now_ns` is due at once.
-    pub(crate) fn arm(&mut self, value: T, deadline_ns: u64, now_ns: u64) -> u32 {
-        let tick = deadline_ns.div_ceil(self.tick_ns);
-        let key = self.entries.insert(Entry {
-            value,
-            deadline_ns,
-            tick,
-            prev: NIL,
-            next: NIL,
-            place: Place::Detached,
-        });
-        let key = u32::try_from(key).expect("more than 2^32 armed works");
-        if deadline_ns <= now_ns || tick <= self.wheel.elapsed {
-            self.link_ready(key);
+    /// Places `value` for `deadline`. A deadline at or before `now` is due at once.
+    pub(crate) fn insert(&mut self, value: T, deadline: u64, now: u64) {
+        self.len += 1;
+        self.place(value, deadline, now);
+    }
+
+    fn place(&mut self, value: T, deadline: u64, now: u64) {
+        let tick = deadline.div_ceil(self.tick_units);
+        if deadline <= now || tick <= self.wheel.elapsed {
+            let at = self.ready.partition_point(|(due, _)| *due <= deadline);
+            self.ready.insert(at, (deadline, value));
         } else {
-            self.link_wheel(key);
+            self.place_in_wheel(value, tick);
         }
-        key
     }
 
-    /// Disarms the entry `key` and returns its value.
-    pub(crate) fn remove(&mut self, key: u32) -> T {
-        self.unlink(key);
-        self.entries.remove(key as usize).value
+    /// Places a value that was taken from the ready queue and turned out not to be due
+    /// at `deadline` yet: in the wheel, at the next tick at the earliest, so it is not
+    /// judged again before time has moved.
+    pub(crate) fn defer(&mut self, value: T, deadline: u64) {
+        self.len += 1;
+        let tick = deadline
+            .div_ceil(self.tick_units)
+            .max(self.wheel.elapsed + 1);
+        self.place_in_wheel(value, tick);
     }
 
-    /// The exact deadline of `key`.
-    pub(crate) fn deadline_ns(&self, key: u32) -> u64 {
-        self.entries[key as usize].deadline_ns
+    fn place_in_wheel(&mut self, value: T, tick: u64) {
+        let (level, slot) = self.wheel.position(tick);
+        self.wheel.set_occupied(level, slot, true);
+        let bag = &mut self.slots[level * SLOTS + slot];
+        match bag.chunks.last_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
+            _ => {
+                let mut chunk = self
+                    .spare
+                    .pop()
+                    .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+                chunk.push(value);
+                bag.chunks.push(chunk);
+            }
+        }
     }
 
-    /// The value stored for `key`.
-    pub(crate) fn value(&self, key: u32) -> &T {
-        &self.entries[key as usize].value
-    }
-
-    /// Moves everything due at `now_ns` from the wheel onto the ready list.
-    pub(crate) fn expire(&mut self, now_ns: u64) {
-        let now_tick = now_ns / self.tick_ns;
+    /// Processes every slot due at `now`: each value in it goes through `decide`, which
+    /// drops it (`None`) or returns it with the deadline it waits for now.
+    pub(crate) fn expire(&mut self, now: u64, mut decide: impl FnMut(T) -> Option<(T, u64)>) {
+        let now_tick = now / self.tick_units;
         while let Some(exp) = self.wheel.next_expiration() {
             if exp.tick > now_tick {
                 break;
             }
             self.wheel.elapsed = exp.tick;
-            let mut key = self.wheel.head(exp.level, exp.slot);
-            self.wheel.set_head(exp.level, exp.slot, NIL);
-            while key != NIL {
-                let entry = &mut self.entries[key as usize];
-                let next = entry.next;
-                entry.place = Place::Detached;
-                if entry.tick <= exp.tick {
-                    self.due.push(key);
-                } else {
-                    self.link_wheel(key);
+            self.wheel.set_occupied(exp.level, exp.slot, false);
+            let chunks = std::mem::take(&mut self.slots[exp.level * SLOTS + exp.slot].chunks);
+            for mut chunk in chunks {
+                for value in chunk.drain(..) {
+                    match decide(value) {
+                        Some((value, deadline)) => self.place(value, deadline, now),
+                        None => self.len -= 1,
+                    }
                 }
-                key = next;
+                if self.spare.len() < SPARE_CHUNKS {
+                    self.spare.push(chunk);
+                }
             }
         }
         if now_tick > self.wheel.elapsed {
             self.wheel.elapsed = now_tick;
         }
-        let mut due = std::mem::take(&mut self.due);
-        due.sort_unstable_by_key(|&key| (self.entries[key as usize].deadline_ns, key));
-        for key in due.drain(..) {
-            self.link_ready(key);
-        }
-        self.due = due;
     }
 
-    /// Unlinks and returns the first ready entry; it stays armed (detached) until the
-    /// caller either [`remove`](Self::remove)s it or puts it back with
-    /// [`make_ready`](Self::make_ready).
-    pub(crate) fn pop_ready(&mut self) -> Option<u32> {
-        let key = self.ready_head;
-        if key == NIL {
-            return None;
+    /// Takes the first due value and the deadline it was placed for. The caller owns it
+    /// now; it goes back with [`insert`](Self::insert) if it must wait again.
+    pub(crate) fn pop_ready(&mut self) -> Option<(u64, T)> {
+        let popped = self.ready.pop_front();
+        if popped.is_some() {
+            self.len -= 1;
         }
-        self.unlink(key);
-        Some(key)
+        if self.ready.is_empty() && self.ready.capacity() > READY_KEPT {
+            // A burst is over: memory follows the load, not its peak.
+            self.ready.shrink_to(READY_KEPT);
+        }
+        popped
     }
 
-    /// Whether any entry is due.
+    /// Whether any value is due.
     pub(crate) fn has_ready(&self) -> bool {
-        self.ready_head != NIL
+        !self.ready.is_empty()
     }
 
-    /// Puts a detached entry back on the ready list, in deadline order.
-    pub(crate) fn make_ready(&mut self, key: u32) {
-        if self.entries[key as usize].place == Place::Detached {
-            self.link_ready(key);
-        }
-    }
-
-    /// When the earliest entry must be looked at: now if one is ready, else the start of
-    /// the first occupied wheel slot (in ns). `None` when nothing is armed.
-    pub(crate) fn next_wake_ns(&self, now_ns: u64) -> Option<u64> {
+    /// When the structure must be looked at next (in units): `now` if a value is ready,
+    /// else the start of the first occupied slot. `None` when it holds nothing.
+    pub(crate) fn next_wake(&self, now: u64) -> Option<u64> {
         if self.has_ready() {
-            return Some(now_ns);
+            return Some(now);
         }
         self.wheel
             .next_expiration()
-            .map(|exp| exp.tick.saturating_mul(self.tick_ns))
+            .map(|exp| exp.tick.saturating_mul(self.tick_units))
     }
 
-    /// Removes every entry, returning their values.
+    /// Calls `f` with every value.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(&T)) {
+        self.ready.iter().for_each(|(_, value)| f(value));
+        for bag in self.slots.iter() {
+            bag.chunks.iter().flatten().for_each(&mut f);
+        }
+    }
+
+    /// Keeps only the values `keep` accepts (a sweep of the whole structure).
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        self.ready.retain(|(_, value)| keep(value));
+        let mut len = self.ready.len();
+        for (index, bag) in self.slots.iter_mut().enumerate() {
+            if bag.chunks.is_empty() {
+                continue;
+            }
+            let mut kept: Vec<Vec<T>> = Vec::new();
+            for mut chunk in std::mem::take(&mut bag.chunks) {
+                for value in chunk.drain(..) {
+                    if !keep(&value) {
+                        continue;
+                    }
+                    match kept.last_mut() {
+                        Some(last) if last.len() < CHUNK => last.push(value),
+                        _ => {
+                            let mut fresh = self
+                                .spare
+                                .pop()
+                                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
+                            fresh.push(value);
+                            kept.push(fresh);
+                        }
+                    }
+                    len += 1;
+                }
+                if self.spare.len() < SPARE_CHUNKS {
+                    self.spare.push(chunk);
+                }
+            }
+            self.wheel
+                .set_occupied(index / SLOTS, index % SLOTS, !kept.is_empty());
+            bag.chunks = kept;
+        }
+        self.len = len;
+    }
+
+    /// Removes every value.
     pub(crate) fn drain(&mut self) -> Vec<T> {
+        let mut all: Vec<T> = self.ready.drain(..).map(|(_, value)| value).collect();
+        for bag in self.slots.iter_mut() {
+            for chunk in bag.chunks.drain(..) {
+                all.extend(chunk);
+            }
+        }
         self.wheel = Wheel::new();
-        self.ready_head = NIL;
-        self.ready_tail = NIL;
-        self.entries.drain().map(|entry| entry.value).collect()
-    }
-
-    fn link_wheel(&mut self, key: u32) {
-        let tick = self.entries[key as usize].tick;
-        let (level, slot) = self.wheel.position(tick);
-        let head = self.wheel.head(level, slot);
-        if head != NIL {
-            self.entries[head as usize].prev = key;
-        }
-        let entry = &mut self.entries[key as usize];
-        entry.prev = NIL;
-        entry.next = head;
-        entry.place = Place::Wheel {
-            level: level as u8,
-            slot: slot as u8,
-        };
-        self.wheel.set_head(level, slot, key);
-    }
-
-    fn link_ready(&mut self, key: u32) {
-        let deadline = self.entries[key as usize].deadline_ns;
-        // Walk back from the tail: new entries are almost always the latest.
-        let mut after = self.ready_tail;
-        while after != NIL && self.entries[after as usize].deadline_ns > deadline {
-            after = self.entries[after as usize].prev;
-        }
-        let before = if after == NIL {
-            self.ready_head
-        } else {
-            self.entries[after as usize].next
-        };
-        {
-            let entry = &mut self.entries[key as usize];
-            entry.prev = after;
-            entry.next = before;
-            entry.place = Place::Ready;
-        }
-        if after == NIL {
-            self.ready_head = key;
-        } else {
-            self.entries[after as usize].next = key;
-        }
-        if before == NIL {
-            self.ready_tail = key;
-        } else {
-            self.entries[before as usize].prev = key;
-        }
-    }
-
-    fn unlink(&mut self, key: u32) {
-        let (prev, next, place) = {
-            let entry = &self.entries[key as usize];
-            (entry.prev, entry.next, entry.place)
-        };
-        if next != NIL {
-            self.entries[next as usize].prev = prev;
-        }
-        match place {
-            Place::Detached => return,
-            Place::Ready => {
-                if prev == NIL {
-                    self.ready_head = next;
-                } else {
-                    self.entries[prev as usize].next = next;
-                }
-                if next == NIL {
-                    self.ready_tail = prev;
-                }
-            }
-            Place::Wheel { level, slot } => {
-                if prev == NIL {
-                    self.wheel.set_head(level as usize, slot as usize, next);
-                } else {
-                    self.entries[prev as usize].next = next;
-                }
-            }
-        }
-        let entry = &mut self.entries[key as usize];
-        entry.prev = NIL;
-        entry.next = NIL;
-        entry.place = Place::Detached;
+        self.len = 0;
+        all
     }
 }
 
@@ -267,67 +236,109 @@ impl<T> Timers<T> {
 mod tests {
     use super::*;
 
-    const MS: u64 = 1_000_000;
+    /// Unit tests place plain values and keep their deadlines in the value itself.
+    fn keep(value: (&'static str, u64)) -> Option<((&'static str, u64), u64)> {
+        Some((value, value.1))
+    }
 
-    fn drain_ready(timers: &mut Timers<&'static str>) -> Vec<&'static str> {
+    fn drain_ready(timers: &mut Timers<(&'static str, u64)>) -> Vec<&'static str> {
         let mut out = Vec::new();
-        while let Some(key) = timers.pop_ready() {
-            out.push(timers.remove(key));
+        while let Some((_, (name, _))) = timers.pop_ready() {
+            out.push(name);
         }
         out
     }
 
     #[test]
     fn entries_expire_in_deadline_order_and_never_early() {
-        let mut timers = Timers::new(MS);
-        timers.arm("c", 3 * MS + 5, 0);
-        timers.arm("a", MS, 0);
-        timers.arm("b", 3 * MS, 0);
-        timers.arm("far", 70_000 * MS, 0);
-        timers.expire(3 * MS);
+        let mut timers = Timers::new(10);
+        for value in [("c", 35), ("a", 10), ("b", 30), ("far", 700_000)] {
+            timers.insert(value, value.1, 0);
+        }
+        timers.expire(30, keep);
         assert_eq!(drain_ready(&mut timers), ["a", "b"]);
-        timers.expire(4 * MS);
+        timers.expire(40, keep);
         assert_eq!(drain_ready(&mut timers), ["c"]);
-        timers.expire(69_999 * MS);
+        timers.expire(699_999, keep);
         assert!(drain_ready(&mut timers).is_empty());
-        timers.expire(70_000 * MS);
+        timers.expire(700_000, keep);
         assert_eq!(drain_ready(&mut timers), ["far"]);
         assert_eq!(timers.len(), 0);
     }
 
     #[test]
-    fn removed_entries_never_fire() {
-        let mut timers = Timers::new(MS);
-        let a = timers.arm("a", 5 * MS, 0);
-        timers.arm("b", 5 * MS, 0);
-        assert_eq!(timers.remove(a), "a");
-        timers.expire(10 * MS);
+    fn dropped_values_never_come_back_and_moved_ones_wait() {
+        let mut timers = Timers::new(10);
+        timers.insert(("a", 50), 50, 0);
+        timers.insert(("b", 50), 50, 0);
+        timers.insert(("later", 50), 50, 0);
+        timers.expire(50, |value| match value.0 {
+            "a" => None,
+            "later" => Some((value, 90)),
+            _ => keep(value),
+        });
         assert_eq!(drain_ready(&mut timers), ["b"]);
+        assert_eq!(timers.len(), 1);
+        timers.expire(89, keep);
+        assert!(!timers.has_ready());
+        timers.expire(90, keep);
+        assert_eq!(drain_ready(&mut timers), ["later"]);
     }
 
     #[test]
     fn next_wake_is_the_first_occupied_slot() {
-        let mut timers = Timers::new(MS);
-        assert_eq!(timers.next_wake_ns(0), None);
-        timers.arm("a", 2 * MS + 1, 0);
-        assert_eq!(timers.next_wake_ns(0), Some(3 * MS));
-        timers.arm("now", 0, 0);
-        assert_eq!(timers.next_wake_ns(7), Some(7));
+        let mut timers = Timers::new(10);
+        assert_eq!(timers.next_wake(0), None);
+        timers.insert(("a", 21), 21, 0);
+        assert_eq!(timers.next_wake(0), Some(30));
+        timers.insert(("now", 0), 0, 0);
+        assert_eq!(timers.next_wake(7), Some(7));
+    }
+
+    #[test]
+    fn retain_keeps_exactly_the_accepted_values_in_place() {
+        let mut timers = Timers::new(10);
+        for i in 0..300u64 {
+            timers.insert(("x", 100 + i), 100 + i, 0);
+        }
+        timers.insert(("now", 0), 0, 0);
+        timers.retain(|value| value.1 % 2 == 0);
+        assert_eq!(timers.len(), 151);
+        timers.expire(1_000, keep);
+        let mut fired = 0;
+        while let Some((_, (_, deadline))) = timers.pop_ready() {
+            assert_eq!(deadline % 2, 0);
+            fired += 1;
+        }
+        assert_eq!(fired, 151);
+        assert_eq!(timers.next_wake(1_000), None);
     }
 
     #[test]
     fn saturated_deadlines_stay_in_the_wheel() {
-        let mut timers = Timers::new(MS);
-        timers.arm("never", u64::MAX, 0);
+        let mut timers = Timers::new(10);
+        timers.insert(("never", u64::MAX), u64::MAX, 0);
         for step in 1..200u64 {
-            timers.expire(step * 1_000_000 * MS);
+            timers.expire(step * 1_000_000_000, keep);
             assert!(!timers.has_ready());
         }
         assert_eq!(timers.len(), 1);
     }
 
     #[test]
-    fn random_arms_and_cancels_match_a_reference() {
+    fn many_values_in_one_slot_use_whole_chunks() {
+        let mut timers = Timers::new(10);
+        for i in 0..1000 {
+            timers.insert(("x", 500 + i % 3), 500, 0);
+        }
+        let chunks: usize = timers.slots.iter().map(|bag| bag.chunks.len()).sum();
+        assert_eq!(chunks, 1000usize.div_ceil(CHUNK));
+        timers.expire(510, keep);
+        assert_eq!(drain_ready(&mut timers).len(), 1000);
+    }
+
+    #[test]
+    fn random_inserts_and_drops_match_a_reference() {
         // A small deterministic generator keeps this test free of dependencies.
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = move || {
@@ -336,35 +347,36 @@ mod tests {
             seed ^= seed << 17;
             seed
         };
-        let mut timers = Timers::new(MS);
-        let mut live: Vec<(u32, u64)> = Vec::new();
+        const TICK: u64 = 10;
+        let mut timers: Timers<(u32, u64)> = Timers::new(TICK);
+        // Live values by id; a value whose id is gone is stale and must be dropped.
+        let mut live: std::collections::HashMap<u32, u64> = Default::default();
         let mut now = 0u64;
+        let mut id = 0u32;
         for _ in 0..20_000 {
             match next() % 4 {
                 0 | 1 => {
-                    let deadline = now + next() % (5_000 * MS);
-                    let key = timers.arm((), deadline, now);
-                    live.push((key, deadline));
+                    let deadline = now + next() % 50_000;
+                    id += 1;
+                    timers.insert((id, deadline), deadline, now);
+                    live.insert(id, deadline);
                 }
                 2 if !live.is_empty() => {
-                    let (key, _) = live.swap_remove((next() as usize) % live.len());
-                    timers.remove(key);
+                    let victim = *live.keys().nth((next() as usize) % live.len()).unwrap();
+                    live.remove(&victim);
                 }
                 _ => {
-                    now += next() % (50 * MS);
-                    timers.expire(now);
-                    let mut fired = Vec::new();
-                    while let Some(key) = timers.pop_ready() {
-                        let deadline = timers.deadline_ns(key);
-                        assert!(deadline <= now, "fired early");
-                        timers.remove(key);
-                        fired.push(key);
+                    now += next() % 500;
+                    timers.expire(now, |(id, deadline)| {
+                        live.contains_key(&id).then_some(((id, deadline), deadline))
+                    });
+                    while let Some((_, (id, deadline))) = timers.pop_ready() {
+                        if live.remove(&id).is_some() {
+                            assert!(deadline <= now, "fired early");
+                        }
                     }
-                    let before = live.len();
-                    live.retain(|(key, _)| !fired.contains(key));
-                    assert_eq!(before - live.len(), fired.len());
-                    let late = live.iter().filter(|(_, d)| d.div_ceil(MS) * MS <= now);
-                    assert_eq!(late.count(), 0, "an entry due by now did not fire");
+                    let late = live.values().filter(|d| d.div_ceil(TICK) * TICK <= now);
+                    assert_eq!(late.count(), 0, "a value due by now did not fire");
                 }
             }
         }

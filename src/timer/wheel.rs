@@ -4,10 +4,9 @@
 //!
 //! Six levels of 64 slots. A slot at level `L` covers `64^L` ticks, so level 0 holds the
 //! next 64 ticks one per slot and level 5 reaches `64^6` ticks (2.2 years at the default
-//! 1 ms tick). Each slot is the head of an intrusive doubly-linked list threaded through
-//! the entries' `prev`/`next` fields (the entries live in the [`Timers`](super::Timers)
-//! slab), and each level keeps an `occupied` bitmap, so arming and cancelling are O(1)
-//! and finding the next deadline is one `trailing_zeros` per level.
+//! 1 ms tick). The slots' contents live in [`Timers`](super::Timers); this keeps the
+//! cursor and an `occupied` bitmap per level, so placing an entry is O(1) and finding the
+//! next slot to process is one `trailing_zeros` per level.
 //!
 //! # Ground rules
 //!
@@ -29,16 +28,12 @@ const SLOT_BITS: u32 = 6;
 /// First tick distance that no longer fits the wheel.
 const HORIZON: u64 = 1 << (SLOT_BITS as usize * LEVELS);
 
-/// Marks the end of an intrusive list.
-pub(crate) const NIL: u32 = u32::MAX;
-
-/// The slot heads and occupancy bitmaps; the list links live in the entries.
+/// The cursor and the occupancy bitmaps.
 #[derive(Debug)]
 pub(crate) struct Wheel {
     /// Last tick processed.
     pub(crate) elapsed: u64,
     occupied: [u64; LEVELS],
-    heads: [[u32; SLOTS]; LEVELS],
 }
 
 /// A slot that `next_expiration` found, with the tick at which it must be processed.
@@ -54,7 +49,6 @@ impl Wheel {
         Wheel {
             elapsed: 0,
             occupied: [0; LEVELS],
-            heads: [[NIL; SLOTS]; LEVELS],
         }
     }
 
@@ -71,17 +65,12 @@ impl Wheel {
         (level, slot)
     }
 
-    pub(crate) fn head(&self, level: usize, slot: usize) -> u32 {
-        self.heads[level][slot]
-    }
-
-    /// Sets a slot's list head and keeps the occupancy bit in step with it.
-    pub(crate) fn set_head(&mut self, level: usize, slot: usize, key: u32) {
-        self.heads[level][slot] = key;
-        if key == NIL {
-            self.occupied[level] &= !(1 << slot);
-        } else {
+    /// Keeps a slot's occupancy bit in step with its contents.
+    pub(crate) fn set_occupied(&mut self, level: usize, slot: usize, occupied: bool) {
+        if occupied {
             self.occupied[level] |= 1 << slot;
+        } else {
+            self.occupied[level] &= !(1 << slot);
         }
     }
 
@@ -136,7 +125,7 @@ mod tests {
         let mut wheel = Wheel::new();
         wheel.elapsed = 10;
         let (level, slot) = wheel.position(200);
-        wheel.set_head(level, slot, 0);
+        wheel.set_occupied(level, slot, true);
         let exp = wheel.next_expiration().unwrap();
         assert_eq!((exp.level, exp.slot, exp.tick), (1, 3, 192));
     }
