@@ -334,9 +334,15 @@ impl Shared {
         armed
     }
 
-    /// The deadline, in units, `delay_ns` from `now_ns`.
+    /// The deadline, in units, `delay_ns` from `now_ns`: rounded up (never early),
+    /// except that a zero delay is due at once (rounded down), so that it runs at the next
+    /// opportunity and not at the next tick.
     pub(super) fn deadline_after(now_ns: u64, delay_ns: u64) -> u64 {
-        units_ceil(now_ns.saturating_add(delay_ns))
+        if delay_ns == 0 {
+            now_ns / DEADLINE_UNIT_NS
+        } else {
+            units_ceil(now_ns.saturating_add(delay_ns))
+        }
     }
 
     /// Makes sure some worker will look at a deadline it may not know about yet.
