@@ -36,6 +36,35 @@ pub fn per_op(iters: u64, mut f: impl FnMut(u64)) -> f64 {
     )
 }
 
+/// ns per iteration of `f` run by `threads` threads at once (each with its index and
+/// the iteration index): the mean of the threads' figures, median over `rounds()`.
+pub fn per_op_threads(threads: usize, iters: u64, f: impl Fn(usize, u64) + Sync) -> f64 {
+    median(
+        (0..rounds())
+            .map(|_| {
+                let barrier = std::sync::Barrier::new(threads);
+                let total: f64 = std::thread::scope(|s| {
+                    let handles: Vec<_> = (0..threads)
+                        .map(|t| {
+                            let (barrier, f) = (&barrier, &f);
+                            s.spawn(move || {
+                                barrier.wait();
+                                let start = Instant::now();
+                                for i in 0..iters {
+                                    f(t, i);
+                                }
+                                start.elapsed().as_nanos() as f64 / iters as f64
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).sum()
+                });
+                total / threads as f64
+            })
+            .collect(),
+    )
+}
+
 /// Whether the `quick` argument asks for short rounds.
 pub fn quick() -> bool {
     std::env::args().any(|a| a == "quick")

@@ -157,10 +157,18 @@ impl Shared {
         if state & (PENDING | TIMEOUT) == PENDING {
             return;
         }
-        if state & TIMEOUT != 0 {
-            return self.touch_timeout(work, State(state));
+        self.touch_not_pending_or_timeout(work, State(state));
+    }
+
+    /// Out of line, so that the periodic work's fast path above stays a load and a test
+    /// wherever it is inlined.
+    #[inline(never)]
+    fn touch_not_pending_or_timeout(&self, work: &WorkRef, state: State) {
+        if state.has(TIMEOUT) {
+            self.touch_timeout(work, state);
+        } else {
+            self.touch_slow(work);
         }
-        self.touch_slow(work);
     }
 
     /// A timeout work's touch: records the time (raising the stamp at most once per
@@ -172,7 +180,7 @@ impl Shared {
     /// mirror image. So either they see the new stamp, or this touch sees their state
     /// change: it clears `FIRING` (the worker's take then fails and decides again) or
     /// finds the work neither armed nor running and arms it itself.
-    #[inline]
+    #[inline(always)]
     fn touch_timeout(&self, work: &WorkRef, state: State) {
         if self.is_forked_copy() {
             return;
