@@ -6,7 +6,7 @@
 //! `cargo run --release --example cache_cleanup`
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use nicework::{Next, Scheduler, Work};
@@ -17,7 +17,7 @@ const PURGE_PERIOD: Duration = Duration::from_millis(20);
 /// One shard: entries with their expiry, and the work that purges them.
 struct Shard {
     entries: Mutex<HashMap<u64, (String, Instant)>>,
-    purge: Mutex<Option<Work>>,
+    purge: Work,
     /// The scheduler's clock: `Instant::now()` would break when this code runs on a
     /// `Scheduler::manual()` in a test, where time is virtual.
     clock: Scheduler,
@@ -25,27 +25,24 @@ struct Shard {
 
 impl Shard {
     fn new(sched: &Scheduler, name: String) -> Arc<Shard> {
-        let shard = Arc::new(Shard {
+        // The shard owns its work, built in one step: the work reaches the shard through
+        // the Weak that `new_cyclic` hands out, and stops by itself once the shard is gone.
+        Arc::new_cyclic(|me: &Weak<Shard>| Shard {
             entries: Mutex::new(HashMap::new()),
-            purge: Mutex::new(None),
+            purge: sched
+                .every_for(me, PURGE_PERIOD, |shard: &Shard, cx| {
+                    let now = cx.scheduler().now();
+                    let mut entries = shard.entries.lock().unwrap();
+                    entries.retain(|_, (_, expires)| *expires > now);
+                    if entries.is_empty() {
+                        Next::Park // idle: costs nothing until the next insert touches it
+                    } else {
+                        Next::Again
+                    }
+                })
+                .named(name),
             clock: sched.clone(),
-        });
-        // The work reaches the shard through a Weak (the shard owns the work), and stops
-        // by itself once the shard is gone.
-        let purge = sched
-            .every_for(&shard, PURGE_PERIOD, |shard, cx| {
-                let now = cx.scheduler().now();
-                let mut entries = shard.entries.lock().unwrap();
-                entries.retain(|_, (_, expires)| *expires > now);
-                if entries.is_empty() {
-                    Next::Park // idle: costs nothing until the next insert touches it
-                } else {
-                    Next::Again
-                }
-            })
-            .named(name);
-        *shard.purge.lock().unwrap() = Some(purge);
-        shard
+        })
     }
 
     fn insert(&self, key: u64, value: String) {
@@ -54,18 +51,14 @@ impl Shard {
             .unwrap()
             .insert(key, (value, self.clock.now() + TTL));
         // Arms the purge for its period if it was parked; ~2 ns if it is already armed.
-        if let Some(purge) = &*self.purge.lock().unwrap() {
-            purge.touch();
-        }
+        self.purge.touch();
     }
 
     fn stats(&self) -> (usize, nicework::WorkStats, bool) {
-        let purge = self.purge.lock().unwrap();
-        let purge = purge.as_ref().unwrap();
         (
             self.entries.lock().unwrap().len(),
-            purge.stats(),
-            purge.is_pending(),
+            self.purge.stats(),
+            self.purge.is_pending(),
         )
     }
 }

@@ -10,7 +10,7 @@
 //! `cargo run --release --example compaction`
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ fn spawn(cache: &Arc<PerCid<Vec<u64>>>) -> RuntimeThread {
 /// A cache shard whose purge work parks while nobody writes to it.
 struct Shard {
     writes: AtomicU64,
-    purge: Mutex<Option<Work>>,
+    purge: Work,
 }
 
 fn main() -> Result<(), nicework::Error> {
@@ -60,19 +60,19 @@ fn main() -> Result<(), nicework::Error> {
     // A few per-object works beside the id space: they park while their shard is idle.
     let shards: Vec<Arc<Shard>> = (0..100)
         .map(|_| {
-            let shard = Arc::new(Shard {
+            // The shard owns its work; the work reaches it through new_cyclic's Weak.
+            Arc::new_cyclic(|me: &Weak<Shard>| Shard {
                 writes: AtomicU64::new(0),
-                purge: Mutex::new(None),
-            });
-            let work = sched.every_for(&shard, Duration::from_millis(50), |shard, _| {
-                if shard.writes.swap(0, Ordering::SeqCst) == 0 {
-                    Next::Park
-                } else {
-                    Next::Again
-                }
-            });
-            *shard.purge.lock().unwrap() = Some(work.named("shard purge"));
-            shard
+                purge: sched
+                    .every_for(me, Duration::from_millis(50), |shard: &Shard, _| {
+                        if shard.writes.swap(0, Ordering::SeqCst) == 0 {
+                            Next::Park
+                        } else {
+                            Next::Again
+                        }
+                    })
+                    .named("shard purge"),
+            })
         })
         .collect();
 
@@ -99,9 +99,7 @@ fn main() -> Result<(), nicework::Error> {
         for tick in 0..10 {
             for shard in &shards[..(threads.len() * 3).min(shards.len())] {
                 shard.writes.fetch_add(1, Ordering::SeqCst);
-                if let Some(work) = shard.purge.lock().unwrap().as_ref() {
-                    work.touch();
-                }
+                shard.purge.touch();
             }
             std::thread::sleep(Duration::from_millis(100));
             println!(
@@ -138,7 +136,7 @@ fn main() -> Result<(), nicework::Error> {
     print_row("cid compaction", &ids.compaction_stats());
     let mut total = WorkStats::default();
     for shard in &shards {
-        let stats = shard.purge.lock().unwrap().as_ref().unwrap().stats();
+        let stats = shard.purge.stats();
         total.runs += stats.runs;
         total.parks += stats.parks;
         total.busy_total += stats.busy_total;

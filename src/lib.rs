@@ -14,43 +14,87 @@
 //!
 //! ```
 //! use std::sync::atomic::{AtomicBool, Ordering};
-//! use std::sync::{Arc, Mutex};
+//! use std::sync::{Arc, Mutex, Weak};
 //! use std::time::Duration;
 //! use nicework::{Next, Scheduler, Work};
 //!
 //! struct Cache {
 //!     entries: Mutex<Vec<u64>>,
 //!     dirty: AtomicBool,
-//!     purge: Mutex<Option<Work>>,
+//!     purge: Work,
 //! }
 //!
 //! let sched = Scheduler::manual(); // virtual time; use Scheduler::new()? for real threads
-//! let cache = Arc::new(Cache {
+//! // The cache owns its work; the closure reaches the cache through a Weak (built by
+//! // new_cyclic) and the work stops once the cache is gone.
+//! let cache = Arc::new_cyclic(|me: &Weak<Cache>| Cache {
 //!     entries: Mutex::new(Vec::new()),
 //!     dirty: AtomicBool::new(false),
-//!     purge: Mutex::new(None),
+//!     purge: sched.every_for(me, Duration::from_millis(100), |cache: &Cache, _cx| {
+//!         if !cache.dirty.swap(false, Ordering::SeqCst) {
+//!             return Next::Park; // idle: no timer, no wakeups, until the next touch()
+//!         }
+//!         cache.entries.lock().unwrap().clear();
+//!         Next::Again
+//!     }),
 //! });
-//! // The closure reaches the cache through a Weak; the work stops once the cache is gone.
-//! let purge = sched.every_for(&cache, Duration::from_millis(100), |cache, _cx| {
-//!     if !cache.dirty.swap(false, Ordering::SeqCst) {
-//!         return Next::Park; // idle: no timer, no wakeups, until the next touch()
-//!     }
-//!     cache.entries.lock().unwrap().clear();
-//!     Next::Again
-//! });
-//! *cache.purge.lock().unwrap() = Some(purge);
 //!
 //! cache.entries.lock().unwrap().push(1);
 //! cache.dirty.store(true, Ordering::SeqCst);
 //! sched.advance(Duration::from_millis(100)); // purges, re-arms
 //! sched.advance(Duration::from_millis(100)); // nothing new: parks
 //! assert!(cache.entries.lock().unwrap().is_empty());
-//! let purge = cache.purge.lock().unwrap().take().unwrap();
-//! assert!(!purge.is_pending());
+//! assert!(!cache.purge.is_pending());
 //! cache.dirty.store(true, Ordering::SeqCst);
-//! purge.touch(); // activity: armed again for its period
-//! assert!(purge.is_pending());
-//! drop(purge); // cancel_sync: never runs again
+//! cache.purge.touch(); // activity: armed again for its period
+//! assert!(cache.purge.is_pending());
+//! drop(cache); // drops its work: cancel_sync, never runs again
+//! ```
+//!
+//! # Idle timeout vs periodic maintenance
+//!
+//! The example above is *periodic maintenance*: work to do because something happened
+//! (entries to purge, state to flush). Activity **wakes** the work: `touch()` arms a
+//! parked work for its period, and the callback decides whether to go on (`Again`) or
+//! sleep (`Park`). Build it with [`Scheduler::every`] / [`every_for`](Scheduler::every_for).
+//!
+//! An *idle timeout* is work to do because nothing happened: close a connection, drop a
+//! session, evict an entry once it has been left alone for `idle`. Activity
+//! **postpones** the run: a timeout work is due at the later of its deadline and its
+//! latest `touch()` + `idle`, and `touch()` on it is lock-free (a clock read and a
+//! compare; it never touches the timer structure). Build it with
+//! [`Scheduler::timeout`] / [`timeout_for`](Scheduler::timeout_for). Using `every` for a
+//! reaper makes it fire early, since a touch does not move an armed work; re-arming it
+//! with `reschedule(idle)` on every use is correct but costs more per use.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::sync::{Arc, Weak};
+//! use std::time::Duration;
+//! use nicework::{Next, Scheduler, Work};
+//!
+//! struct Conn {
+//!     open: AtomicBool,
+//!     reaper: Work,
+//! }
+//!
+//! let sched = Scheduler::manual();
+//! let idle = Duration::from_secs(30);
+//! let conn = Arc::new_cyclic(|me: &Weak<Conn>| Conn {
+//!     open: AtomicBool::new(true),
+//!     reaper: sched.timeout_for(me, idle, |conn: &Conn, _cx| {
+//!         conn.open.store(false, Ordering::SeqCst); // idle for 30 s: close it
+//!         Next::Park // a later checkout's touch() arms it again
+//!     }),
+//! });
+//! for _ in 0..10 {
+//!     sched.advance(Duration::from_secs(20));
+//!     conn.reaper.touch(); // checked in: postpone the reaper
+//! }
+//! assert!(conn.open.load(Ordering::SeqCst)); // 200 s, never idle for 30 s
+//! sched.advance(idle);
+//! assert!(!conn.open.load(Ordering::SeqCst));
+//! assert_eq!(conn.reaper.stats().runs, 1); // the early fires re-armed without running
 //! ```
 //!
 //! # Example: a compacting id space with per-id storage
@@ -172,10 +216,17 @@
 //! # Implementation
 //!
 //! One worker thread (or `workers(n)`) blocks on a `CLOCK_MONOTONIC` timerfd. Armed works
-//! sit in a hierarchical timing wheel over slab-allocated entries (O(1) arm and cancel),
-//! ticking at the slack. Arming an earlier deadline re-programs the timerfd from the arming
-//! thread. A work's state is one atomic word written under the scheduler's lock and read
-//! lock-free, so `touch()` on an armed work is a single load.
+//! sit in a hierarchical timing wheel ticking at the slack, whose entries are removed
+//! lazily. A work's state is one atomic word that carries its deadline, so `cancel` is one
+//! compare-and-swap, and `reschedule`/`schedule` are one too whenever the work's timer
+//! entry is placed no later than the new deadline (a work re-armed for "now + delay" over
+//! and over, or cancelled and re-armed); only an earlier deadline takes the scheduler's
+//! lock to place a new entry. `touch()` on an armed work is a single load; on a timeout
+//! work, a load, a clock read and a compare. Long delays read `CLOCK_MONOTONIC_COARSE`
+//! (rounded so that nothing runs early; see [`Builder::slack`]). A stale entry (of a work
+//! cancelled, re-armed earlier or dropped) leaves when its tick comes, at the cost of at
+//! most one wakeup it may share, or in a sweep once stale entries may be half the wheel;
+//! a dropped work's closure is freed at once, its 72-byte header with its last entry.
 //!
 //! # Guarantees
 //!
@@ -200,6 +251,8 @@
 //! - Idle costs nothing: a parked work is in no timer structure, and with every work
 //!   parked the worker sleeps with no wakeups at all.
 //! - A `touch()` racing with the callback returning `Next::Park` is never lost.
+//! - A timeout work never runs while it was touched within its idle, by the real clock;
+//!   a touch during its run re-arms it unless the callback returned `Stop`.
 //! - Re-arming is fixed-delay: no burst of catch-up runs after a stall; lateness is
 //!   recorded in the stats.
 //! - The worker runs at its priority from its first instruction; a priority it cannot

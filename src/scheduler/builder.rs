@@ -77,7 +77,13 @@ impl Builder {
     /// How late a work may run so that neighbouring deadlines share one wakeup (1 ms by
     /// default). It is also the wheel's tick and the smallest re-arm delay. Values outside
     /// [`MIN_SLACK`]`..=`[`MAX_SLACK`] are clamped into that range (zero becomes
-    /// `MIN_SLACK`).
+    /// `MIN_SLACK`), and rounded up to a whole 100 µs, the unit deadlines are kept in.
+    ///
+    /// Deadlines are rounded up, never down, so a work never runs early. A delay long
+    /// enough that the coarse clock's granularity is at most 1 % of it (800 ms and more
+    /// on a 250 Hz kernel) is timed on the lock-free paths with `CLOCK_MONOTONIC_COARSE`,
+    /// plus twice its resolution: such a work may run up to that much later than the
+    /// slack alone allows (8 ms on a 250 Hz kernel), and never earlier.
     pub fn slack(mut self, slack: Duration) -> Self {
         self.slack = slack;
         self

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!            schedule / reschedule / touch / every
-//!   idle ─────────────────────────────────────────▶ armed (PENDING: in the wheel)
+//!   idle ─────────────────────────────────────────▶ armed (PENDING: due at its deadline)
 //!    ▲  ◀──────────── cancel / cancel_sync / disable ──┘ │ due
 //!    │                                                   ▼
 //!    │   Park / Stop / refused re-arm        running (RUNNING: one thread)
@@ -23,11 +23,15 @@
 //!
 //! # Ground rules
 //!
-//! - One lock (`core`) covers the timer structure, every work's state word (writes only),
-//!   the programmed timerfd deadline and the worker bookkeeping. User callbacks never run
-//!   under it, and nothing that can call back into user code (a closure's destructor)
-//!   runs under it either, except dropping an `Arc` that is provably not the last one.
-//! - A run is *taken* under the lock (entry removed, `PENDING` cleared, `RUNNING` set),
+//! - One lock (`core`) covers the timer structure, the programmed timerfd deadline and
+//!   the worker bookkeeping. A work's state word is *not* under it: every write is a CAS
+//!   (see [`state`]), because `cancel`, most `reschedule`/`schedule` calls and a timeout
+//!   work's `touch` change it without the lock. Under the lock, arming goes through
+//!   `Shared::commit`, which places a new timer entry when the word needs one. User
+//!   callbacks never run under the lock, and nothing that can call back into user code
+//!   (a closure's destructor) runs under it either.
+//! - A run is *taken* by a CAS under the lock (`PENDING` cleared, `RUNNING` set; a
+//!   concurrent lock-free re-arm or cancel makes it fail and the entry is judged again),
 //!   executed unlocked, and *completed* under the lock (`RUNNING` cleared, the callback's
 //!   `Next` applied unless re-arms are refused). Waiters for the end of a run
 //!   (`cancel_sync`, `flush`) sleep on `run_done`, signalled by every completion that has
@@ -35,14 +39,16 @@
 //! - Between take and call there is a `SeqCst` fence. `touch()`'s lock-free fast path is a
 //!   `SeqCst` load of the state word, so a touch that still finds the work pending is
 //!   covered by a run that sees every `SeqCst` write (or read-modify-write) the toucher
-//!   made before it: the touch is never lost to a run that missed its data.
-//! - Reference counting of the cell: the owning handle holds one `Arc` and the running
-//!   thread one while it runs; a timer entry holds a non-owning [`ArmedRef`], valid
-//!   because an entry never outlives the handle. The handle's drop disarms and waits
-//!   until no run is in progress. Where that wait could never end (the run is the
-//!   dropping thread's own, or its callback waits for the dropping callback: a wait
-//!   cycle, see [`waits`]) it marks the work `ORPHANED` instead, so the runner drops
-//!   the last reference after the callback returned, outside the lock.
+//!   made before it: the touch is never lost to a run that missed its data. A timeout
+//!   work's touch and the worker's decision to run it are ordered the same way (see
+//!   `Shared::touch_timeout`).
+//! - References: the owning handle holds one `Arc`, the running thread one while it
+//!   runs, and each timer entry one ([`entry`]), so the header outlives every entry. The
+//!   closure's life is separate (see [`inner`]): the handle's drop disarms, waits until no
+//!   run is in progress and drops the closure. Where that wait could never end (the run
+//!   is the dropping thread's own, or its callback waits for the dropping callback: a
+//!   wait cycle, see [`waits`]) it marks the work `ORPHANED` instead, and the runner drops
+//!   the closure after the callback returned, outside the lock.
 //! - After shutdown (the last `Scheduler` handle dropped) nothing is armed again: arming
 //!   calls return `false`, runs already in progress finish, and their re-arm is refused.
 

@@ -410,7 +410,7 @@ impl Shared {
             take_pending = false;
             ran_here = true;
             let deadline_ns = super::state::units_to_ns(state.deadline());
-            let touch_stamp = work.header().period_or_touch.load(Ordering::SeqCst);
+            let touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
             core.lending.stats.helped += 1;
             let now = self.now_ns();
             drop(core);

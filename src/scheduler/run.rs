@@ -19,7 +19,7 @@ use super::state::{
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
 use crate::clock::nanos;
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, load_ordered_after_seqcst_writes, Ordering};
 
 /// A run that was taken and must now be executed.
 pub(crate) struct Taken {
@@ -87,7 +87,7 @@ impl Shared {
                     }
                     state.set(FIRING);
                 }
-                stamp = header.period_or_touch.load(Ordering::SeqCst);
+                stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
                 due = due.max(self.touch_due(stamp, work.period_ns()));
             }
             if due > now {
@@ -268,7 +268,7 @@ impl Shared {
         {
             // A touch during the run is never lost: read after RUNNING was cleared (the
             // mirror of `touch_timeout`), a newer stamp arms the work for touch + idle.
-            let stamp = header.period_or_touch.load(Ordering::SeqCst);
+            let stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
             if stamp > touch_stamp {
                 let due = self.touch_due(stamp, period);
                 self.commit(&mut core, &work, now, |old| {

@@ -145,7 +145,7 @@ impl Approx {
     fn encode(ns: u64) -> u32 {
         let bits = 64 - ns.leading_zeros();
         let shift = bits.saturating_sub(24);
-        ((shift << 24) | (ns >> shift) as u32) as u32
+        (shift << 24) | (ns >> shift) as u32
     }
 
     fn decode(encoded: u32) -> u64 {

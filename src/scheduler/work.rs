@@ -145,6 +145,12 @@ impl Work {
     /// `mod_delayed_work`). Returns whether it was pending before. Refused (returning
     /// `false`, arming nothing) while disabled, poisoned or after shutdown.
     ///
+    /// Lock-free (one compare-and-swap) when the work's timer entry is placed no later
+    /// than the new deadline, which is the common case of a work re-armed for the same
+    /// delay again and again, or cancelled and re-armed; an earlier deadline takes the
+    /// scheduler's lock to place a new entry. On a timeout work the run stays due no
+    /// earlier than its latest touch + idle.
+    ///
     /// # Examples
     ///
     /// ```
@@ -165,6 +171,13 @@ impl Work {
     /// already armed work this is one load. It does nothing on a work that is
     /// disabled, poisoned, stopped by [`Next::Stop`] or [`cancel_sync`](Self::cancel_sync), or
     /// whose scheduler is gone.
+    ///
+    /// On a [timeout](Scheduler::timeout) work, activity *postpones* the run instead: the
+    /// work becomes due no earlier than now + its idle duration. On an armed or running
+    /// timeout work this takes no lock and never touches the timer structure: it records
+    /// the time (a clock read, and an atomic `fetch_max` at most once per clock tick). A
+    /// touch during a run is never lost: the work ends armed for that touch + idle, unless
+    /// the callback returned `Stop`.
     ///
     /// A touch racing with the callback returning [`Next::Park`] is never lost: the work
     /// ends armed. If the callback decides to park by reading data the toucher wrote,
@@ -193,6 +206,11 @@ impl Work {
     /// Disarms the work without waiting for a running instance (the kernel's
     /// `cancel_delayed_work`); that instance may still re-arm itself. Returns whether it
     /// was pending.
+    ///
+    /// Lock-free: one compare-and-swap. The work's timer entry stays where it was until
+    /// its tick (or a sweep) and is then dropped, so a cancelled work costs at most one
+    /// wakeup, which it shares with anything else due then; re-arming it meanwhile for
+    /// that deadline or later reuses the entry.
     ///
     /// # Examples
     ///
