@@ -229,12 +229,11 @@ impl Shared {
     /// The time a touch records: never later than the true time.
     #[inline]
     pub(super) fn touch_stamp(&self, coarse: bool) -> u64 {
-        if self.clock.is_manual() {
-            self.virtual_now_ns.load(Ordering::Acquire)
-        } else if coarse {
+        // A manual scheduler's timeouts are never coarse (see `coarse_touch`).
+        if coarse {
             self.clock.coarse_lower_ns()
         } else {
-            self.clock.real_now_ns()
+            self.now_ns()
         }
     }
 

@@ -182,9 +182,8 @@ impl Shared {
     /// finds the work neither armed nor running and arms it itself.
     #[inline(always)]
     fn touch_timeout(&self, work: &WorkRef, state: State) {
-        if self.is_forked_copy() {
-            return;
-        }
+        // No fork gate here: recording a stamp in a forked child's copy is harmless, and
+        // the slow path below has the gate.
         let stamp_word = &work.header().period_or_touch;
         let recorded = stamp_word.load(Ordering::Relaxed);
         let precise = recorded & PRECISE_TOUCH;
