@@ -2,7 +2,7 @@
 //! one lock, the lock gate, arming and timerfd programming, and shutdown. The ground
 //! rules are in the [module docs](super).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::entry::Entry;
@@ -303,6 +303,10 @@ impl Shared {
             return;
         }
         core.stale_entries = 0;
+        // A work keeps one entry: the first in processing order that looks live. Its
+        // epoch may match a stale entry's too (epochs wrap), but the first is never
+        // placed later than the live one, so keeping it never delays the work.
+        let mut kept = HashSet::new();
         core.timers.retain(|entry| {
             let header = entry.work().header();
             loop {
@@ -311,7 +315,7 @@ impl Shared {
                     return false;
                 }
                 if state.has(PENDING) {
-                    return true;
+                    return kept.insert(entry.work().address());
                 }
                 // Live but disarmed (cancelled): drop it, and with it the claim.
                 if cas(header, state, state.without(QUEUED)) {
@@ -323,14 +327,14 @@ impl Shared {
 
     /// The works armed now: live entries whose work is pending.
     pub(super) fn count_armed(&self, core: &Core) -> usize {
-        let mut armed = 0;
+        let mut armed = HashSet::new();
         core.timers.for_each(|entry| {
             let state = load(entry.work().header());
             if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
-                armed += 1;
+                armed.insert(entry.work().address());
             }
         });
-        armed
+        armed.len()
     }
 
     /// The deadline, in units, `delay_ns` from `now_ns`: rounded up (never early),

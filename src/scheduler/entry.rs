@@ -6,7 +6,7 @@
 //! closure is dropped explicitly when its life ends (see `inner`), so dropping the last
 //! entry of a dead work, which happens under the core lock, runs no user code.
 //!
-//! The epoch lives in the pointer's low three bits, which are always zero because a
+//! The epoch lives in the pointer's low bits, which are always zero because a
 //! work's allocation is 8-aligned, so an entry is two words, like the `Arc` it holds.
 
 use std::sync::Arc;

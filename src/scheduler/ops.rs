@@ -21,7 +21,8 @@ use super::handle::Handle;
 use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
     State, CANCEL_WAITING, DISABLED, DISABLE_MAX, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER, ORPHANED,
-    PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT, YIELDED,
+    PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT, TOUCHED_IN_RUN,
+    YIELDED,
 };
 use super::WorkRef;
 use super::{frames, waits};
@@ -223,6 +224,11 @@ impl Shared {
             };
             if old.has(busy | STOPPED) || old.refuses_arm() {
                 return None;
+            }
+            if old.has(RUNNING) {
+                // Semantic 8: a touch during a run only turns the callback's `Park` into
+                // "armed"; whatever else it decides stands (see `complete`).
+                return Some(old.with(TOUCHED_IN_RUN));
             }
             let mut new = old;
             new.arm(Shared::deadline_after(now, period));

@@ -14,7 +14,7 @@ use super::ops::PRECISE_TOUCH;
 use super::state::{
     units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, FIRING, FLUSH_TAKEOVER,
     ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED,
-    TIMEOUT, YIELDED,
+    TIMEOUT, TOUCHED_IN_RUN, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
@@ -250,7 +250,8 @@ impl Shared {
         let period = work.period_ns();
         let (_, state) = self
             .commit(&mut core, &work, now, |old| {
-                let mut new = old.without(RUNNING | RUNNING_INCREMENT | REARM_REFUSED);
+                let mut new =
+                    old.without(RUNNING | RUNNING_INCREMENT | REARM_REFUSED | TOUCHED_IN_RUN);
                 match next {
                     None => {
                         new.set(POISONED);
@@ -258,6 +259,11 @@ impl Shared {
                     }
                     Some(next) if !old.refuses_arm() && !shutdown => {
                         self.apply_next(&mut new, next, now, period, yield_delay_ns);
+                        if next == Next::Park && old.has(TOUCHED_IN_RUN) && !new.has(PENDING) {
+                            // A touch during the run, and the callback parked: armed for
+                            // its period, as if the touch had come just after.
+                            new.arm(Shared::deadline_after(now, period.max(self.slack_ns())));
+                        }
                     }
                     Some(_) => {}
                 }

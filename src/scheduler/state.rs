@@ -35,12 +35,12 @@
 //! # Layout
 //!
 //! ```text
-//! | 63 .. 20                     | 19 .. 17 | 16 .. 0 |
+//! | 63 .. 21                     | 20 .. 19 | 18 .. 0 |
 //! | deadline (100 µs units)      | epoch    | flags   |
 //! ```
 //!
-//! The deadline counts 100 µs units from the scheduler's epoch, rounded up (never early),
-//! and saturates at [`DEADLINE_NEVER`] (about 55 years), which is never due.
+//! The deadline counts 100 µs units from the scheduler's start, rounded up (never
+//! early), and saturates at [`DEADLINE_NEVER`] (about 27 years), which is never due.
 
 /// Logically armed: the deadline field is when it is due.
 pub(crate) const PENDING: u64 = 1 << 0;
@@ -83,13 +83,23 @@ pub(crate) const NAMED: u64 = 1 << 15;
 /// The closure has been dropped (the handle let go of it, or its last run ended after
 /// that); the allocation may live on while timer entries still point at it.
 pub(crate) const CLOSURE_DROPPED: u64 = 1 << 16;
+/// A periodic work was touched while it ran: if the callback returns `Park`, it ends
+/// armed for its period (semantic 8); any other decision stands.
+pub(crate) const TOUCHED_IN_RUN: u64 = 1 << 17;
+/// Its handle was given up with `Work::detach`: it lives on until its callback returns
+/// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
+pub(crate) const DETACHED: u64 = 1 << 18;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
 
-const EPOCH_SHIFT: u32 = 17;
-const EPOCH_MASK: u64 = 0b111 << EPOCH_SHIFT;
-const DEADLINE_SHIFT: u32 = 20;
+const EPOCH_SHIFT: u32 = 19;
+const EPOCH_MASK: u64 = EPOCH_VALUES << EPOCH_SHIFT;
+/// Epochs wrap at four: a stale entry whose epoch comes round again is taken for live,
+/// which costs one more entry until the work's next run, never a wrong run (a run needs
+/// `PENDING` and a due deadline, whichever entry finds them).
+const EPOCH_VALUES: u64 = 0b11;
+const DEADLINE_SHIFT: u32 = 21;
 
 /// Length of one deadline unit, in nanoseconds. Slacks are whole multiples of it.
 pub(crate) const DEADLINE_UNIT_NS: u64 = 100_000;
@@ -175,7 +185,7 @@ impl State {
 
     /// Claims a new live entry: `QUEUED` with the next epoch. Returns that epoch.
     pub(crate) fn claim_entry(&mut self) -> u8 {
-        let epoch = (self.epoch() + 1) & 0b111;
+        let epoch = (self.epoch() + 1) & EPOCH_VALUES as u8;
         self.0 = (self.0 & !EPOCH_MASK) | (u64::from(epoch) << EPOCH_SHIFT) | QUEUED;
         epoch
     }
@@ -209,15 +219,15 @@ mod tests {
 
     #[test]
     fn deadline_epoch_and_flags_do_not_overlap() {
-        let mut state = State(RUNNING | FIXED_PERIOD | CLOSURE_DROPPED);
+        let mut state = State(RUNNING | FIXED_PERIOD | CLOSURE_DROPPED | DETACHED);
         state.arm(DEADLINE_NEVER);
         assert_eq!(state.deadline(), DEADLINE_NEVER);
         for _ in 0..9 {
             let epoch = state.claim_entry();
             assert!(state.is_live_entry(epoch));
-            assert!(!state.is_live_entry((epoch + 1) & 0b111));
+            assert!(!state.is_live_entry((epoch + 1) & EPOCH_VALUES as u8));
         }
-        assert!(state.has(RUNNING | PENDING | QUEUED | FIXED_PERIOD | CLOSURE_DROPPED));
+        assert!(state.has(RUNNING | PENDING | QUEUED | FIXED_PERIOD | CLOSURE_DROPPED | DETACHED));
         state.disarm();
         state.start_run();
         assert_eq!(state.deadline(), DEADLINE_NEVER);

@@ -118,7 +118,7 @@ impl Work {
     /// Arms the work for `now + delay` unless it is already pending (the kernel's
     /// `queue_delayed_work`). A zero delay runs it at the next opportunity. For a
     /// [`work`](Scheduler::work) it also sets the period to `delay`; an
-    /// [`every`](Scheduler::every) work keeps its period. Delays saturate at about 55
+    /// [`every`](Scheduler::every) work keeps its period. Delays saturate at about 27
     /// years: such a work is never due.
     ///
     /// Returns `false` (and changes nothing) if it was already pending, or is disabled,

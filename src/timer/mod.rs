@@ -180,14 +180,19 @@ impl<T> Timers<T> {
         }
     }
 
-    /// Keeps only the values `keep` accepts (a sweep of the whole structure).
+    /// Keeps only the values `keep` accepts (a sweep of the whole structure). Values are
+    /// offered in the order they would be processed: the ready queue, then the slots by
+    /// the tick they come due (values within one slot in any order).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         self.ready.retain(|(_, value)| keep(value));
         let mut len = self.ready.len();
-        for (index, bag) in self.slots.iter_mut().enumerate() {
-            if bag.chunks.is_empty() {
-                continue;
-            }
+        let mut order: Vec<(u64, usize)> = (0..LEVELS * SLOTS)
+            .filter(|&index| !self.slots[index].chunks.is_empty())
+            .map(|index| (self.wheel.slot_tick(index / SLOTS, index % SLOTS), index))
+            .collect();
+        order.sort_unstable();
+        for (_, index) in order {
+            let bag = &mut self.slots[index];
             let mut kept: Vec<Vec<T>> = Vec::new();
             for mut chunk in std::mem::take(&mut bag.chunks) {
                 for value in chunk.drain(..) {
@@ -312,6 +317,21 @@ mod tests {
         }
         assert_eq!(fired, 151);
         assert_eq!(timers.next_wake(1_000), None);
+    }
+
+    #[test]
+    fn retain_offers_values_in_processing_order() {
+        let mut timers = Timers::new(1);
+        for deadline in [5_000u64, 70, 3, 64 * 64 * 3, 200] {
+            timers.insert(("x", deadline), deadline, 0);
+        }
+        timers.insert(("now", 0), 0, 0);
+        let mut seen = Vec::new();
+        timers.retain(|value| {
+            seen.push(value.1);
+            true
+        });
+        assert_eq!(seen, [0, 3, 70, 200, 5_000, 64 * 64 * 3]);
     }
 
     #[test]

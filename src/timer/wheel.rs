@@ -88,16 +88,27 @@ impl Wheel {
         let now_slot = ((self.elapsed >> shift) as usize) & (SLOTS - 1);
         let slot = (occupied.rotate_right(now_slot as u32).trailing_zeros() as usize + now_slot)
             & (SLOTS - 1);
+        Some(Expiration {
+            level,
+            slot,
+            tick: self.slot_tick(level, slot),
+        })
+    }
+
+    /// The tick at which a slot is processed next: the start of its coming range.
+    pub(crate) fn slot_tick(&self, level: usize, slot: usize) -> u64 {
+        let shift = level as u32 * SLOT_BITS;
         let slot_range = 1u64 << shift;
         let level_range = slot_range << SLOT_BITS;
         let level_start = self.elapsed & !(level_range.wrapping_sub(1));
-        let mut tick = level_start + slot as u64 * slot_range;
+        let tick = level_start + slot as u64 * slot_range;
         if tick <= self.elapsed {
             // Only entries clamped past the horizon sit "behind" the cursor; they are
             // cascaded when the level comes round again.
-            tick = tick.saturating_add(level_range);
+            tick.saturating_add(level_range)
+        } else {
+            tick
         }
-        Some(Expiration { level, slot, tick })
     }
 }
 
