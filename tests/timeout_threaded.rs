@@ -91,10 +91,11 @@ fn two_threads_touching_every_2ms_keep_a_full_clock_timeout_from_running() {
 
 #[test]
 fn two_threads_touching_every_2ms_keep_a_coarse_clock_timeout_from_running() {
-    // 1.5 s is above the threshold (800 ms on a 250 Hz kernel): touches read
-    // CLOCK_MONOTONIC_COARSE, and the margin must keep the run from coming early.
-    let idle = Duration::from_millis(1500);
-    let (touches, runs) = two_threads_touch(idle, Duration::from_millis(1700));
+    // 3.3 s is above the threshold (100 coarse margins, 3.2 s on a 250 Hz kernel):
+    // touches read CLOCK_MONOTONIC_COARSE, and the margin must keep the run from coming
+    // early.
+    let idle = Duration::from_millis(3300);
+    let (touches, runs) = two_threads_touch(idle, Duration::from_millis(3500));
     assert_eq!(runs.len(), 1);
     assert_never_within_idle(idle, &touches, &runs);
 }

@@ -10,10 +10,14 @@
 //! The lock-free arming paths (`reschedule`, `schedule`, a timeout work's `touch`) read
 //! `CLOCK_MONOTONIC_COARSE` instead: the same time base, as of the last timer tick, read
 //! from the vDSO in a few ns where a full read costs up to ten times that on a VM. It lags
-//! the real time by less than its resolution (one kernel tick), so
-//! [`Clock::coarse_upper_ns`] adds the resolution twice (once for the lag, once as a guard
-//! against a late tick) and is never earlier than the true time. A deadline computed from
-//! it may be up to that much late and is never early, as DESIGN.md allows.
+//! the real time by one kernel tick on bare metal, but on a VM the CPU that updates it
+//! can be descheduled by the host, and lags of four ticks (16 ms at 250 Hz) were measured
+//! on the development VM. So [`Clock::coarse_upper_ns`] adds a *margin*: eight ticks and
+//! at least 32 ms, raised to twice any lag a worker observes (each worker wakeup reads
+//! both clocks and compares). Nothing runs early as long as the coarse clock never lags
+//! by more than that margin; a deadline computed from it may be up to the margin late.
+//! The arming paths use it only for delays of at least 100 margins, so that lateness is
+//! at most 1 % of the delay; shorter delays read the full clock.
 
 pub(crate) mod timerfd;
 
@@ -44,6 +48,9 @@ fn read_coarse() -> u64 {
         .saturating_add(ts.tv_nsec as u64)
 }
 
+/// The smallest margin added to coarse readings (see the module docs).
+const MIN_COARSE_MARGIN_NS: u64 = 32_000_000;
+
 /// The coarse clock's resolution: how far it may lag the real time.
 fn coarse_resolution_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -71,8 +78,10 @@ pub(crate) struct Clock {
     epoch: Instant,
     /// The epoch as a raw `CLOCK_MONOTONIC` reading, read just after `epoch`.
     epoch_raw_ns: u64,
-    /// What [`coarse_upper_ns`](Self::coarse_upper_ns) adds to a coarse reading.
-    coarse_margin_ns: u64,
+    /// What [`coarse_upper_ns`](Self::coarse_upper_ns) adds to a coarse reading; only
+    /// ever raised ([`observe_coarse_lag`](Self::observe_coarse_lag)). A std atomic:
+    /// manual schedulers (and so loom models) never use the coarse clock.
+    coarse_margin_ns: std::sync::atomic::AtomicU64,
     manual: bool,
 }
 
@@ -82,13 +91,22 @@ impl Clock {
         Clock {
             epoch,
             epoch_raw_ns: read(libc::CLOCK_MONOTONIC),
-            coarse_margin_ns: coarse_resolution_ns().saturating_mul(2),
+            coarse_margin_ns: std::sync::atomic::AtomicU64::new(
+                coarse_resolution_ns()
+                    .saturating_mul(8)
+                    .max(MIN_COARSE_MARGIN_NS),
+            ),
             manual,
         }
     }
 
     pub(crate) fn is_manual(&self) -> bool {
         self.manual
+    }
+
+    /// The scheduler's time 0.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// Real time since the epoch; manual schedulers keep their own virtual now.
@@ -100,7 +118,8 @@ impl Clock {
     /// module docs).
     #[inline]
     pub(crate) fn coarse_upper_ns(&self) -> u64 {
-        self.coarse_lower_ns().saturating_add(self.coarse_margin_ns)
+        self.coarse_lower_ns()
+            .saturating_add(self.coarse_margin_ns())
     }
 
     /// A reading of the coarse clock that is never later than the real time.
@@ -110,8 +129,20 @@ impl Clock {
     }
 
     /// How much later than the real time [`coarse_upper_ns`](Self::coarse_upper_ns) may be.
+    #[inline]
     pub(crate) fn coarse_margin_ns(&self) -> u64 {
         self.coarse_margin_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Compares the coarse clock with `precise_ns` (a full reading just taken) and raises
+    /// the margin to twice the lag if that is more than the margin.
+    pub(crate) fn observe_coarse_lag(&self, precise_ns: u64) {
+        let lag = precise_ns.saturating_sub(self.coarse_lower_ns());
+        if lag.saturating_mul(2) > self.coarse_margin_ns() {
+            self.coarse_margin_ns
+                .fetch_max(lag.saturating_mul(2), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The `Instant` for a scheduler time, saturating far in the future.

@@ -79,11 +79,12 @@ impl Builder {
     /// [`MIN_SLACK`]`..=`[`MAX_SLACK`] are clamped into that range (zero becomes
     /// `MIN_SLACK`), and rounded up to a whole 100 µs, the unit deadlines are kept in.
     ///
-    /// Deadlines are rounded up, never down, so a work never runs early. A delay long
-    /// enough that the coarse clock's granularity is at most 1 % of it (800 ms and more
-    /// on a 250 Hz kernel) is timed on the lock-free paths with `CLOCK_MONOTONIC_COARSE`,
-    /// plus twice its resolution: such a work may run up to that much later than the
-    /// slack alone allows (8 ms on a 250 Hz kernel), and never earlier.
+    /// Deadlines are rounded up, never down, so a work never runs early. A delay of at
+    /// least 100 times the coarse clock's margin (3.2 s and more on a 250 Hz kernel) is
+    /// timed on the lock-free paths with `CLOCK_MONOTONIC_COARSE` plus that margin (8
+    /// kernel ticks and at least 32 ms, raised to twice any lag the workers observe):
+    /// such a work may run up to the margin later than the slack alone allows (at most
+    /// 1 % of its delay), and never earlier.
     pub fn slack(mut self, slack: Duration) -> Self {
         self.slack = slack;
         self

@@ -7,7 +7,9 @@ use std::time::Instant;
 
 use super::entry::Entry;
 use super::lending::Lending;
-use super::state::{units_ceil, State, DEADLINE_UNIT_NS, PENDING, QUEUED, YIELDED};
+use super::state::{
+    units_ceil, State, DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, YIELDED,
+};
 use super::{Header, WorkRef};
 use crate::clock::timerfd::TimerSource;
 use crate::clock::Clock;
@@ -250,6 +252,12 @@ impl Shared {
         self.clock.instant_at(ns)
     }
 
+    /// The scheduler time of `instant` (0 before the scheduler's start, saturating far
+    /// in the future).
+    pub(crate) fn ns_at(&self, instant: Instant) -> u64 {
+        crate::clock::nanos(instant.saturating_duration_since(self.clock.epoch()))
+    }
+
     pub(super) fn slack_ns(&self) -> u64 {
         self.config.slack_ns
     }
@@ -373,6 +381,20 @@ impl Shared {
         }
     }
 
+    /// Brings the blocked poller's wakeup forward to the wheel's next slot if that is
+    /// earlier than what the timerfd is programmed for.
+    pub(super) fn wake_poller_by(&self, core: &mut Core, now_ns: u64) {
+        let next = core
+            .timers
+            .next_wake(super::run::now_units(now_ns))
+            .map(super::state::units_to_ns);
+        if let Some(wake_ns) = next {
+            if core.programmed_ns.is_none_or(|at| wake_ns < at) {
+                self.program(core, Some(wake_ns), now_ns);
+            }
+        }
+    }
+
     /// Programs the timerfd for `wake_ns` (or disarms it), skipping the system call when
     /// it is already set so.
     pub(crate) fn program(&self, core: &mut Core, wake_ns: Option<u64>, now_ns: u64) {
@@ -400,18 +422,34 @@ impl Shared {
         }
         core.shutdown = true;
         let entries = core.timers.drain();
+        let mut ended = Vec::new();
         for entry in &entries {
-            update(entry.work().header(), |state| {
-                Some(state.without(PENDING | YIELDED | QUEUED))
-            });
+            let (old, _) = update(entry.work().header(), |state| {
+                let mut new = state.without(PENDING | YIELDED | QUEUED);
+                if state.has(DETACHED) && !state.has(RUNNING) {
+                    // A detached work's life ends with the scheduler (a running one's
+                    // ends when its run completes, with its re-arm refused).
+                    new.set(ORPHANED);
+                }
+                Some(new)
+            })
+            .expect("the edit always applies");
+            if old.has(DETACHED) && !old.has(RUNNING | ORPHANED) {
+                ended.push(entry.work_ref());
+            }
         }
         self.idle.notify_all();
         if let Some(timer) = core.timer.as_mut() {
             timer.program(1);
         }
         core.programmed_ns = None;
-        // The works' closures were dropped (or are kept by their handles), so dropping
-        // the entries runs no user code.
+        drop(core);
+        // Closures are user code: dropped outside the lock, contained.
+        for work in ended {
+            super::run::drop_contained(&work);
+        }
+        // Every remaining closure was dropped or is kept by its handle, so dropping the
+        // entries runs no user code.
         drop(entries);
     }
 }

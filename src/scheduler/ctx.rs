@@ -13,8 +13,11 @@ use crate::Scheduler;
 ///
 /// A re-arm is refused while the work is disabled or being cancelled
 /// ([`Work::cancel_sync`](crate::Work::cancel_sync)), and it leaves an instance that was
-/// armed during the run (by `touch`, `schedule`, ...) where it is, as the kernel's
-/// `queue_delayed_work` on a pending work does.
+/// armed during the run by `schedule`/`reschedule` where it is, as the kernel's
+/// `queue_delayed_work` on a pending work does. A `touch()` during the run does not
+/// override the decision: it only turns `Park` into "armed for the period"
+/// (`Again`, `After`, `At` and `Yield` stand, and `Stop` stays stopped). Timeout works
+/// differ on purpose: there a touch during the run postpones whatever was decided.
 ///
 /// # Examples
 ///
@@ -50,6 +53,26 @@ pub enum Next {
     /// Done for good: `touch()` no longer arms it; a later `schedule()` or `reschedule()`
     /// does.
     Stop,
+    /// Re-arm at this instant, on the scheduler's clock ([`Ctx::deadline`] and
+    /// [`Scheduler::now`] are on it): a fixed rate is
+    /// `Next::At(cx.deadline() + cx.period())`. An instant less than the slack ahead
+    /// (including one in the past) is due at now + slack, so a late work never bursts or
+    /// spins; one too far ahead saturates like `Duration::MAX` (never due).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let start = sched.now();
+    /// let work = sched.every(Duration::from_millis(10), |cx| {
+    ///     Next::At(cx.deadline() + cx.period()) // 10, 20, 30 ms: no drift
+    /// });
+    /// sched.advance(Duration::from_millis(35));
+    /// assert_eq!(work.stats().runs, 3);
+    /// assert_eq!(work.deadline(), Some(start + Duration::from_millis(40)));
+    /// ```
+    At(Instant),
 }
 
 /// The context a callback runs in.

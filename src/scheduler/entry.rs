@@ -47,6 +47,17 @@ impl Entry {
         unsafe { &*self.untagged() }
     }
 
+    /// Another counted reference to the work.
+    pub(crate) fn work_ref(&self) -> WorkRef {
+        let raw = self.untagged();
+        // SAFETY: the entry owns a count of this `Arc` (see `into_work`), so the
+        // allocation is alive and adding a count is sound.
+        unsafe {
+            Arc::increment_strong_count(raw);
+            Arc::from_raw(raw)
+        }
+    }
+
     /// The counted reference, for running the work.
     pub(crate) fn into_work(self) -> WorkRef {
         let raw = self.untagged();

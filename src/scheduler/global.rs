@@ -11,7 +11,9 @@ use crate::Scheduler;
 /// or runs long delays everybody else's works. Give blocking or latency-critical jobs a
 /// scheduler of their own, with more [`workers`](crate::Builder::workers) and
 /// [`Priority::Normal`](crate::Priority::Normal) where they must not wait behind
-/// foreground threads.
+/// foreground threads (see "Blocking jobs get a scheduler of their own" on
+/// [`Scheduler`]). Works detached on it ([`Work::detach`](crate::Work::detach)) live as long
+/// as the process, like a detached thread.
 ///
 /// In loom builds (`--cfg loom` with the `loom` feature) each call returns a new, leaked
 /// [`Scheduler::manual`], because loom state cannot outlive one model.

@@ -28,6 +28,37 @@ use crate::{Error, Priority};
 /// other scheduler) it does not join, since a worker's callback may be waiting for the
 /// dropping one: the workers exit on their own once their runs end.
 ///
+/// # Blocking jobs get a scheduler of their own
+///
+/// A worker runs one callback at a time, so a callback that blocks (a TCP connect, a
+/// disk read) holds up every other work of its scheduler. Keep nice-19 maintenance on
+/// the shared scheduler (or [`global()`](crate::global)), and give blocking or
+/// latency-critical jobs, such as a pool's connection attempts, a scheduler of their own
+/// with more workers and [`Priority::Normal`]:
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Priority, Scheduler};
+///
+/// // Purges and reapers: idle CPU only.
+/// let maintenance = Scheduler::builder().name("maint").build()?;
+/// // Connects may block for a TCP timeout: four at a time, at the caller's priority.
+/// let connects = Scheduler::builder()
+///     .name("connect")
+///     .workers(4)
+///     .priority(Priority::Normal)
+///     .build()?;
+/// let reaper = maintenance.every(Duration::from_secs(30), |_| Next::Park);
+/// let attempt = connects.work(|_| {
+///     // std::net::TcpStream::connect_timeout(..) would block here
+///     Next::Stop
+/// });
+/// attempt.schedule(Duration::ZERO);
+/// attempt.detach(); // fire-and-forget: freed once it returns Stop
+/// # drop(reaper);
+/// # Ok::<(), nicework::Error>(())
+/// ```
+///
 /// # Examples
 ///
 /// ```

@@ -20,9 +20,9 @@ use super::core::{cas, load, update, Core, Shared};
 use super::handle::Handle;
 use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
-    State, CANCEL_WAITING, DISABLED, DISABLE_MAX, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER, ORPHANED,
-    PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT, TOUCHED_IN_RUN,
-    YIELDED,
+    State, CANCEL_WAITING, DETACHED, DISABLED, DISABLE_MAX, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER,
+    ORPHANED, PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT,
+    TOUCHED_IN_RUN, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, waits};
@@ -49,7 +49,8 @@ enum Fast {
     Slow,
 }
 
-/// A timeout work's touch stamp: the high bit says it is recorded with the full clock.
+/// A timeout work's touch stamp (the time of its latest touch + 1, or 0 if never
+/// touched): the high bit says it is recorded with the full clock.
 pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
 
 impl Shared {
@@ -141,6 +142,75 @@ impl Shared {
         }
     }
 
+    /// Arms for now + `delay` unless the work is pending for sooner (the kernel's
+    /// `timer_reduce`); returns whether it armed the work or moved its deadline.
+    pub(crate) fn schedule_within(&self, work: &WorkRef, delay: Duration) -> bool {
+        if self.is_forked_copy() {
+            return false;
+        }
+        let delay_ns = nanos(delay);
+        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
+        let state = load(work.header());
+        if state.has(PENDING) && state.deadline() <= deadline {
+            return false; // already due sooner: nothing to do, and no lock
+        }
+        let Some(mut core) = self.lock_unless_forked() else {
+            return false;
+        };
+        if core.shutdown {
+            return false;
+        }
+        let now = self.now_ns();
+        let deadline = Shared::deadline_after(now, delay_ns);
+        self.commit(&mut core, work, now, |old| {
+            if old.refuses_arm() || (old.has(PENDING) && old.deadline() <= deadline) {
+                return None;
+            }
+            let mut new = old;
+            new.arm(deadline);
+            Some(new)
+        })
+        .is_some()
+    }
+
+    /// The pending deadline (a timeout work's postponed one), if pending.
+    pub(crate) fn deadline_ns(&self, work: &WorkRef) -> Option<u64> {
+        let state = load(work.header());
+        if !state.has(PENDING) {
+            return None;
+        }
+        let mut due = state.deadline();
+        if state.has(TIMEOUT) {
+            let stamp = work.header().period_or_touch.load(Ordering::Acquire);
+            due = due.max(self.touch_due(stamp, work.period_ns()));
+        }
+        Some(super::state::units_to_ns(due))
+    }
+
+    /// Gives up the handle: the work lives on until its callback returns `Stop` or
+    /// `Park`, panics, or the scheduler shuts down. Returns whether the caller must drop
+    /// the closure now (the work cannot run again).
+    pub(crate) fn detach(&self, work: &WorkRef) -> bool {
+        let Some(core) = self.lock_unless_forked() else {
+            // Inert in a forked child: keep it (leaked), as a dropped handle is there.
+            std::mem::forget(work.clone());
+            return false;
+        };
+        let shutdown = core.shutdown;
+        let (_, new) = update(work.header(), |old| {
+            let mut new = old.with(DETACHED);
+            if shutdown || !old.has(PENDING | RUNNING) || old.refuses_arm() {
+                // Nothing will run it again: its life ends here.
+                new.disarm();
+                new.set(ORPHANED);
+            }
+            Some(new)
+        })
+        .expect("the edit always applies");
+        drop(core);
+        new.has(ORPHANED) && !new.has(RUNNING)
+    }
+
     /// A `work()`'s period follows its latest `schedule`/`reschedule`; `every` and
     /// timeout works keep theirs.
     fn set_period(&self, work: &WorkRef, state: State, delay_ns: u64) {
@@ -166,7 +236,7 @@ impl Shared {
     #[inline(never)]
     fn touch_not_pending_or_timeout(&self, work: &WorkRef, state: State) {
         if state.has(TIMEOUT) {
-            self.touch_timeout(work, state);
+            self.touch_timeout(work);
         } else {
             self.touch_slow(work);
         }
@@ -182,23 +252,25 @@ impl Shared {
     /// change: it clears `FIRING` (the worker's take then fails and decides again) or
     /// finds the work neither armed nor running and arms it itself.
     #[inline(always)]
-    fn touch_timeout(&self, work: &WorkRef, state: State) {
+    fn touch_timeout(&self, work: &WorkRef) {
         // No fork gate here: recording a stamp in a forked child's copy is harmless, and
         // the slow path below has the gate.
         let stamp_word = &work.header().period_or_touch;
-        let recorded = stamp_word.load(Ordering::Relaxed);
+        let recorded = load_ordered_after_seqcst_writes(stamp_word);
         let precise = recorded & PRECISE_TOUCH;
-        let stamp = self.touch_stamp(precise == 0) | precise;
-        let state = if stamp > recorded {
+        // Stamps are the time + 1, so that 0 means "never touched"; they stay below the
+        // precision bit (a saturated virtual clock reads u64::MAX).
+        let stamp = (self.touch_stamp(precise == 0).min(PRECISE_TOUCH - 2) + 1) | precise;
+        if stamp > recorded {
             stamp_word.fetch_max(stamp, Ordering::SeqCst);
-            let now_state = load_ordered_after_seqcst_writes(&work.header().state);
-            if now_state & FIRING != 0 {
-                work.header().state.fetch_and(!FIRING, Ordering::SeqCst);
-            }
-            State(now_state)
-        } else {
-            state
-        };
+        }
+        // Read after the stamp, also when another touch recorded the same one: if the
+        // worker set FIRING before this read, it may have read the stamp before that other
+        // touch stored it, so this touch clears FIRING too, and the worker decides again.
+        let state = State(load_ordered_after_seqcst_writes(&work.header().state));
+        if state.has(FIRING) {
+            work.header().state.fetch_and(!FIRING, Ordering::SeqCst);
+        }
         if state.has(PENDING | RUNNING) {
             return;
         }

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::core::{cas, load, Core, Shared};
+use super::core::{cas, load, update, Core, Shared};
 use super::entry::Entry;
 use super::ops::PRECISE_TOUCH;
 use super::state::{
-    units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, FIRING, FLUSH_TAKEOVER,
-    ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED,
-    TIMEOUT, TOUCHED_IN_RUN, YIELDED,
+    units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING,
+    FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
+    STOPPED, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
 };
 use super::WorkRef;
 use super::{frames, Ctx, Next, Scheduler};
@@ -105,9 +105,12 @@ impl Shared {
 
     /// When a timeout work touched at `stamp` may run (units): never earlier than the
     /// true touch + idle.
-    fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
+    pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
         let precise = stamp & PRECISE_TOUCH != 0;
-        let at = (stamp & !PRECISE_TOUCH).saturating_add(self.touch_margin_ns(!precise));
+        let Some(touched) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
+            return 0; // never touched: nothing postpones it
+        };
+        let at = touched.saturating_add(self.touch_margin_ns(!precise));
         units_ceil(at.saturating_add(idle_ns))
     }
 
@@ -126,12 +129,18 @@ impl Shared {
     /// is still running loses its entry and gets a new one when its run completes.
     pub(crate) fn take_ready(&self, core: &mut Core, now_ns: u64) -> Option<Taken> {
         let now = now_units(now_ns);
-        while let Some((_, entry)) = core.timers.pop_ready() {
+        while let Some((placed, entry)) = core.timers.pop_ready() {
             loop {
                 match self.classify(&entry, now) {
                     Class::Stale => break,
                     Class::Wait(due) => {
                         core.timers.defer(entry, due);
+                        break;
+                    }
+                    Class::Due(_, due, _) if due > placed => {
+                        // Moved later (lock-free) since it was queued: still due, but
+                        // behind works due before it. Queue it again in its place.
+                        core.timers.insert(entry, due, now);
                         break;
                     }
                     Class::Due(state, due, touch_stamp) => {
@@ -287,6 +296,15 @@ impl Shared {
                 });
             }
         }
+        let state = if state.has(DETACHED) && !state.has(PENDING | ORPHANED) {
+            // A detached work that parked, stopped, panicked or was refused a re-arm:
+            // nothing can arm it again, so its life ends with this run.
+            update(header, |old| Some(old.with(ORPHANED)))
+                .expect("the edit always applies")
+                .1
+        } else {
+            state
+        };
         if core.run_waiters > 0 {
             self.run_done.notify_all();
         }
@@ -318,10 +336,14 @@ impl Shared {
                 state.disarm();
                 state.set(STOPPED);
             }
-            Next::Again | Next::After(_) if state.has(PENDING) => {}
+            Next::Again | Next::After(_) | Next::At(_) if state.has(PENDING) => {}
             Next::Again => state.arm(Shared::deadline_after(now_ns, period_ns.max(slack))),
             Next::After(delay) => {
                 state.arm(Shared::deadline_after(now_ns, nanos(delay).max(slack)));
+            }
+            Next::At(instant) => {
+                let at = units_ceil(self.ns_at(instant));
+                state.arm(at.max(Shared::deadline_after(now_ns, slack)));
             }
             Next::Yield => {
                 state.arm(Shared::deadline_after(now_ns, yield_delay_ns));

@@ -32,7 +32,7 @@
 //! # Clock
 //!
 //! For an idle of at least 100 times the coarse clock's margin (on a 250 Hz kernel,
-//! 800 ms) touches are stamped with `CLOCK_MONOTONIC_COARSE`, which costs a few ns where
+//! 3.2 s) touches are stamped with `CLOCK_MONOTONIC_COARSE`, which costs a few ns where
 //! a full clock read costs up to ten times that; the stamp is then counted as up to that
 //! margin later than recorded, so a timeout may run up to that much late (1 % of the
 //! idle at most) and never early. Shorter idles read the full clock.

@@ -2,7 +2,7 @@
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Ctx, Header, Next, WorkStats};
 
@@ -165,6 +165,109 @@ impl Work {
     /// ```
     pub fn reschedule(&self, delay: Duration) -> bool {
         self.shared.reschedule(&self.inner, delay)
+    }
+
+    /// Makes sure the work runs no later than now + `delay` (the kernel's
+    /// `timer_reduce`): arms an idle work, moves a later deadline earlier, and leaves a
+    /// sooner one. Returns `true` if it armed the work or moved its deadline, `false` if
+    /// the deadline was already sooner or the work cannot be armed (disabled, poisoned,
+    /// being cancelled, or its scheduler is gone). It does not change the period. With a
+    /// zero delay on an idle work it is `schedule(Duration::ZERO)`.
+    ///
+    /// A reaper that sleeps until the earliest expiry among its objects calls this for
+    /// each new expiry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let start = sched.now();
+    /// let reaper = sched.work(|_| Next::Park);
+    /// assert!(reaper.schedule_within(Duration::from_secs(30))); // idle: armed
+    /// assert!(!reaper.schedule_within(Duration::from_secs(60))); // later: unchanged
+    /// assert!(reaper.schedule_within(Duration::from_secs(10))); // sooner: moved
+    /// assert_eq!(reaper.deadline(), Some(start + Duration::from_secs(10)));
+    /// ```
+    pub fn schedule_within(&self, delay: Duration) -> bool {
+        self.shared.schedule_within(&self.inner, delay)
+    }
+
+    /// The pending deadline, on the scheduler's clock, or `None` while the work is not
+    /// pending. For a timeout work it is the postponed one (its latest touch + idle, if
+    /// later). Deadlines are kept in 100 µs units, rounded up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.work(|_| Next::Park);
+    /// assert_eq!(work.deadline(), None);
+    /// work.schedule(Duration::from_millis(250));
+    /// assert_eq!(work.deadline(), Some(sched.now() + Duration::from_millis(250)));
+    /// ```
+    pub fn deadline(&self) -> Option<Instant> {
+        self.shared
+            .deadline_ns(&self.inner)
+            .map(|ns| self.shared.instant_at(ns))
+    }
+
+    /// Fire-and-forget: gives up the handle and lets the work live on until its callback
+    /// returns [`Next::Stop`] or [`Next::Park`], panics, or the scheduler shuts down;
+    /// its closure is then freed. A work that is neither pending nor running, or whose
+    /// scheduler is gone, is freed at once. Works of [`global()`](crate::global) live as
+    /// long as the process, like a detached thread.
+    ///
+    /// A detached work is for short, non-blocking jobs: a callback that blocks (a connect,
+    /// a disk read) holds a worker, and other works of its scheduler wait for it. Give
+    /// blocking or latency-critical jobs a scheduler of their own, with more workers and
+    /// [`Priority::Normal`](crate::Priority::Normal), and keep nice-19 maintenance on the
+    /// shared one (see [`Scheduler`]'s docs for the two-scheduler setup).
+    ///
+    /// # Examples
+    ///
+    /// A connection attempt retried with back-off, owned by nobody:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let attempts = Arc::new(AtomicU32::new(0));
+    /// let counter = attempts.clone();
+    /// let mut backoff = Duration::from_millis(100);
+    /// let connect = sched.work(move |_| {
+    ///     if counter.fetch_add(1, Ordering::SeqCst) < 2 {
+    ///         backoff *= 2; // failed: try again later
+    ///         return Next::After(backoff);
+    ///     }
+    ///     Next::Stop // connected: done, the closure is freed
+    /// });
+    /// connect.schedule(Duration::ZERO);
+    /// connect.detach();
+    /// sched.advance(Duration::from_secs(1));
+    /// assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    /// ```
+    pub fn detach(self) {
+        let mut this = ManuallyDrop::new(self);
+        if this.shared.detach(&this.inner) {
+            drop_contained(&this.inner);
+        }
+        // SAFETY: `this` is never used again and never dropped (it is a `ManuallyDrop`),
+        // so each field is taken exactly once; the reference we drop is not the last
+        // one of a live closure (the closure was dropped above, or the work's timer
+        // entry or its run holds the work).
+        unsafe {
+            drop(ManuallyDrop::take(&mut this.inner));
+            drop(std::ptr::read(&this.shared));
+        }
     }
 
     /// Activity hint: a parked work is armed for its period (at least the slack). On an

@@ -8,6 +8,10 @@
 //!    blocked and sleeps in `read(2)`;
 //! 4. else sleeps on the `idle` condition variable as a follower.
 //!
+//! A worker that is not the poller may still place entries (judging due ones can put
+//! them back into the wheel); it then brings the poller's wakeup forward if needed, so
+//! the timerfd is never programmed later than the wheel's next slot.
+//!
 //! With every work parked the poller's timerfd is disarmed and followers wait on the
 //! condvar: zero wakeups per second. Arming from another thread either notifies an idle
 //! follower (due now) or re-programs the timerfd if the new deadline is earlier than the
@@ -63,8 +67,16 @@ pub(crate) fn main(
             break;
         }
         let now = shared.now_ns();
+        shared.clock.observe_coarse_lag(now);
         shared.expire(&mut core, now);
-        if let Some(mut taken) = shared.take_ready(&mut core, now) {
+        let taken = shared.take_ready(&mut core, now);
+        if core.poller_blocked {
+            // Judging entries may have placed some earlier than the blocked poller's
+            // wakeup (a ready entry whose work was re-armed later goes back into the
+            // wheel): bring its wakeup forward, or nobody looks at them in time.
+            shared.wake_poller_by(&mut core, now);
+        }
+        if let Some(mut taken) = taken {
             taken.worker_slot = Some(slot);
             core.lending
                 .start(slot, crate::scheduler::frames::address(&taken.work));
