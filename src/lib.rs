@@ -250,7 +250,9 @@
 //!   payload or the closure: nothing ever unwinds into a worker or into the caller.
 //! - Idle costs nothing: a parked work is in no timer structure, and with every work
 //!   parked the worker sleeps with no wakeups at all.
-//! - A `touch()` racing with the callback returning `Next::Park` is never lost.
+//! - A `touch()` racing with the callback returning `Next::Park` is never lost, and a
+//!   touch during a run never overrides the callback: `Again`, `After`, `At` and `Yield`
+//!   stand, `Stop` stays stopped.
 //! - A timeout work never runs while it was touched within its idle, by the real clock;
 //!   a touch during its run re-arms it unless the callback returned `Stop`.
 //! - Re-arming is fixed-delay: no burst of catch-up runs after a stall; lateness is
