@@ -8,21 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use common::{drop_flag, eventually};
+use common::{drop_flag, eventually, Rng};
 use nicework::{Next, Scheduler, Work};
 
 fn sched() -> Scheduler {
     Scheduler::builder().workers(2).build().unwrap()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Nanoseconds since a common origin.

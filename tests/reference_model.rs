@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::Rng;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,16 +63,6 @@ fn next_model(m: &mut Model, next: Next, now: u64) {
         Next::Park => {}
         Next::Stop => m.stopped = true,
         _ => unreachable!(),
-    }
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::Rng;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -30,17 +32,6 @@ struct Slot {
     work: Mutex<Option<Arc<Work>>>,
     inside: Arc<AtomicBool>,
     forbidden: Arc<AtomicBool>,
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 fn make_work(

@@ -39,6 +39,19 @@ struct Bag<T> {
     chunks: Vec<Vec<T>>,
 }
 
+/// Appends `value` to a slot's chunks, starting a chunk (a spare one if there is one)
+/// when the last is full.
+fn push_chunked<T>(chunks: &mut Vec<Vec<T>>, spare: &mut Vec<Vec<T>>, value: T) {
+    match chunks.last_mut() {
+        Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
+        _ => {
+            let mut chunk = spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            chunk.push(value);
+            chunks.push(chunk);
+        }
+    }
+}
+
 /// Timer entries, placed by deadline.
 #[derive(Debug)]
 pub(crate) struct Timers<T> {
@@ -100,18 +113,11 @@ impl<T> Timers<T> {
     fn place_in_wheel(&mut self, value: T, tick: u64) {
         let (level, slot) = self.wheel.position(tick);
         self.wheel.set_occupied(level, slot, true);
-        let bag = &mut self.slots[level * SLOTS + slot];
-        match bag.chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
-            _ => {
-                let mut chunk = self
-                    .spare
-                    .pop()
-                    .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-                chunk.push(value);
-                bag.chunks.push(chunk);
-            }
-        }
+        push_chunked(
+            &mut self.slots[level * SLOTS + slot].chunks,
+            &mut self.spare,
+            value,
+        );
     }
 
     /// Processes every slot due at `now`: each value in it goes through `decide`, which
@@ -199,17 +205,7 @@ impl<T> Timers<T> {
                     if !keep(&value) {
                         continue;
                     }
-                    match kept.last_mut() {
-                        Some(last) if last.len() < CHUNK => last.push(value),
-                        _ => {
-                            let mut fresh = self
-                                .spare
-                                .pop()
-                                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-                            fresh.push(value);
-                            kept.push(fresh);
-                        }
-                    }
+                    push_chunked(&mut kept, &mut self.spare, value);
                     len += 1;
                 }
                 if self.spare.len() < SPARE_CHUNKS {

@@ -23,6 +23,19 @@ pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A small deterministic generator (xorshift), so randomized tests need no dependency and
+/// repeat with their seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
 /// Sets its flag when dropped: captured by a closure, it tells when the closure was freed.
 pub struct DropFlag(pub Arc<AtomicBool>);
 
