@@ -285,7 +285,12 @@ impl Shared {
             // mirror of `touch_timeout`), a newer stamp arms the work for touch + idle.
             let stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
             if stamp > touch_stamp {
-                let due = self.touch_due(stamp, period);
+                // As a touch just after the run would: now + idle (and never earlier than
+                // the touch's own stamp + idle). A stamp read before the run began but
+                // stored during it would otherwise make the work due again at once.
+                let due = self
+                    .touch_due(stamp, period)
+                    .max(Shared::deadline_after(now, period));
                 self.commit(&mut core, &work, now, |old| {
                     if old.has(PENDING | STOPPED | RUNNING) || old.refuses_arm() {
                         return None;
