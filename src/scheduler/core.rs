@@ -221,6 +221,19 @@ impl Shared {
         }
     }
 
+    /// A time for `now + delay_ns` that is never later than the true time (the lower
+    /// counterpart of [`now_for_delay`](Self::now_for_delay)).
+    #[inline]
+    pub(super) fn now_lower_for_delay(&self, delay_ns: u64) -> u64 {
+        if self.clock.is_manual() {
+            self.virtual_now_ns.load(Ordering::Acquire)
+        } else if delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns() {
+            self.clock.coarse_lower_ns()
+        } else {
+            self.clock.real_now_ns()
+        }
+    }
+
     /// Whether a timeout work with this idle duration records touches with the coarse
     /// clock (see [`now_for_delay`](Self::now_for_delay)); its touches then count as up
     /// to the coarse margin later than recorded.
@@ -278,7 +291,11 @@ impl Shared {
         loop {
             let old = load(work.header());
             let mut new = edit(old)?;
-            let epoch = old.needs_entry(new).then(|| new.claim_entry());
+            // Due now: a new entry on the ready queue, since the live one (if any) may
+            // wait for a later tick.
+            let due_now =
+                new.has(PENDING) && new.deadline() <= super::run::now_units(now_ns) && old != new;
+            let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
             if old != new && !cas(work.header(), old, new) {
                 continue;
             }

@@ -211,6 +211,10 @@ impl Scheduler {
     /// work re-armed with `Again` from a run at `t` is due at `t + period` and runs in the
     /// same call if that is still within `by`. Returns the number of runs.
     ///
+    /// Deadlines count in whole ticks of the slack, as on a real scheduler: a work due
+    /// inside a tick runs once `advance` reaches the end of that tick (at most one slack
+    /// late, never early), so neighbouring deadlines share a run of the loop.
+    ///
     /// A work that keeps returning [`Next::Yield`] keeps running at the same virtual
     /// instant, as it would keep a real worker busy, so `advance` returns once it stops
     /// yielding.

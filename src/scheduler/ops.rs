@@ -56,7 +56,12 @@ pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
 impl Shared {
     /// The lock-free arm: one CAS if the live entry can serve the new deadline.
     #[inline]
-    fn arm_fast(&self, work: &WorkRef, deadline: u64, only_if_idle: bool) -> Fast {
+    fn arm_fast(&self, work: &WorkRef, deadline: u64, only_if_idle: bool, delay_ns: u64) -> Fast {
+        if delay_ns == 0 {
+            // Due now: the live entry may sit in a later tick, and a zero delay runs at
+            // the next opportunity, so it gets an entry on the ready queue.
+            return Fast::Slow;
+        }
         loop {
             let old = load(work.header());
             if only_if_idle && old.has(PENDING) {
@@ -79,7 +84,7 @@ impl Shared {
         }
         let delay_ns = nanos(delay);
         let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
-        match self.arm_fast(work, deadline, true) {
+        match self.arm_fast(work, deadline, true, delay_ns) {
             Fast::Armed(old) => {
                 self.set_period(work, old, delay_ns);
                 return true;
@@ -114,7 +119,7 @@ impl Shared {
         }
         let delay_ns = nanos(delay);
         let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
-        if let Fast::Armed(old) = self.arm_fast(work, deadline, false) {
+        if let Fast::Armed(old) = self.arm_fast(work, deadline, false, delay_ns) {
             self.set_period(work, old, delay_ns);
             return old.has(PENDING);
         }
@@ -149,9 +154,14 @@ impl Shared {
             return false;
         }
         let delay_ns = nanos(delay);
-        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
+        // A time never later than the true one: a deadline at or before `earliest + delay`
+        // is certainly sooner than `now + delay`.
+        let earliest = self.now_lower_for_delay(delay_ns);
         let state = load(work.header());
-        if state.has(PENDING) && state.deadline() <= deadline {
+        if state.has(PENDING)
+            && !state.has(TIMEOUT)
+            && state.deadline() <= Shared::deadline_after(earliest, delay_ns)
+        {
             return false; // already due sooner: nothing to do, and no lock
         }
         let Some(mut core) = self.lock_unless_forked() else {
@@ -162,8 +172,17 @@ impl Shared {
         }
         let now = self.now_ns();
         let deadline = Shared::deadline_after(now, delay_ns);
+        // A timeout work stays due no earlier than its latest touch + idle: what moves is
+        // its effective deadline, the later of the two.
+        let postponed_to = if load(work.header()).has(TIMEOUT) {
+            let stamp = work.header().period_or_touch.load(Ordering::Acquire);
+            self.touch_due(stamp, work.period_ns())
+        } else {
+            0
+        };
         self.commit(&mut core, work, now, |old| {
-            if old.refuses_arm() || (old.has(PENDING) && old.deadline() <= deadline) {
+            let effective = old.deadline().max(postponed_to);
+            if old.refuses_arm() || (old.has(PENDING) && effective <= deadline.max(postponed_to)) {
                 return None;
             }
             let mut new = old;
@@ -196,6 +215,10 @@ impl Shared {
             std::mem::forget(work.clone());
             return false;
         };
+        let mut core = core;
+        // Nobody can call `enable` any more; the count must not outlive the work (a
+        // later work may get the same address).
+        core.disable_counts.remove(&frames::address(work));
         let shutdown = core.shutdown;
         let (_, new) = update(work.header(), |old| {
             let mut new = old.with(DETACHED);

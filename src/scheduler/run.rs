@@ -274,6 +274,9 @@ impl Shared {
                             new.arm(Shared::deadline_after(now, period.max(self.slack_ns())));
                         }
                     }
+                    // Shut down during the run: an instance armed meanwhile will never
+                    // run (the drain is over), so it is not left pending.
+                    Some(_) if shutdown => new.disarm(),
                     Some(_) => {}
                 }
                 Some(new)
