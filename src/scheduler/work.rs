@@ -283,7 +283,8 @@ impl Work {
     /// the callback returned `Stop`.
     ///
     /// A touch racing with the callback returning [`Next::Park`] is never lost: the work
-    /// ends armed. If the callback decides to park by reading data the toucher wrote,
+    /// ends armed. A touch during a run changes nothing else the callback decides:
+    /// `Again`, `After`, `At` and `Yield` stand, and `Stop` stays stopped. If the callback decides to park by reading data the toucher wrote,
     /// write it with a `SeqCst` store or any read-modify-write (`fetch_add`, `swap`, ...)
     /// before `touch()`: then a touch that finds the work still pending is covered by a
     /// run that sees the write.
