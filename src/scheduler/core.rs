@@ -207,17 +207,22 @@ impl Shared {
         }
     }
 
+    /// Whether `now + delay_ns` is timed with the coarse clock: a real scheduler and a
+    /// delay of at least `COARSE_DELAY_FACTOR` margins (see `clock`).
+    #[inline]
+    fn coarse_for(&self, delay_ns: u64) -> bool {
+        !self.clock.is_manual() && delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns()
+    }
+
     /// A time for computing `now + delay_ns` on a lock-free path: never earlier than
     /// the true time, read from the coarse clock where its lateness is small against the
     /// delay (see `clock`).
     #[inline]
     pub(super) fn now_for_delay(&self, delay_ns: u64) -> u64 {
-        if self.clock.is_manual() {
-            self.virtual_now_ns.load(Ordering::Acquire)
-        } else if delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns() {
+        if self.coarse_for(delay_ns) {
             self.clock.coarse_upper_ns()
         } else {
-            self.clock.real_now_ns()
+            self.now_ns()
         }
     }
 
@@ -225,12 +230,10 @@ impl Shared {
     /// counterpart of [`now_for_delay`](Self::now_for_delay)).
     #[inline]
     pub(super) fn now_lower_for_delay(&self, delay_ns: u64) -> u64 {
-        if self.clock.is_manual() {
-            self.virtual_now_ns.load(Ordering::Acquire)
-        } else if delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns() {
+        if self.coarse_for(delay_ns) {
             self.clock.coarse_lower_ns()
         } else {
-            self.clock.real_now_ns()
+            self.now_ns()
         }
     }
 
@@ -238,7 +241,7 @@ impl Shared {
     /// clock (see [`now_for_delay`](Self::now_for_delay)); its touches then count as up
     /// to the coarse margin later than recorded.
     pub(super) fn coarse_touch(&self, idle_ns: u64) -> bool {
-        !self.clock.is_manual() && idle_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns()
+        self.coarse_for(idle_ns)
     }
 
     /// The time a touch records: never later than the true time.

@@ -79,72 +79,60 @@ impl Shared {
     }
 
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
-        if load(work.header()).has(PENDING) || self.is_forked_copy() {
+        if load(work.header()).has(PENDING) {
             return false;
         }
-        let delay_ns = nanos(delay);
-        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
-        match self.arm_fast(work, deadline, true, delay_ns) {
-            Fast::Armed(old) => {
-                self.set_period(work, old, delay_ns);
-                return true;
-            }
-            Fast::AlreadyPending => return false,
-            Fast::Slow => {}
-        }
-        let Some(mut core) = self.lock_unless_forked() else {
-            return false;
-        };
-        if core.shutdown {
-            return false;
-        }
-        let now = self.now_ns();
-        let armed = self.commit(&mut core, work, now, |old| {
-            if old.has(PENDING) || old.refuses_arm() {
-                return None;
-            }
-            let mut new = old;
-            new.arm(Shared::deadline_after(now, delay_ns));
-            Some(new)
-        });
-        if let Some((old, _)) = armed {
-            self.set_period(work, old, delay_ns);
-        }
-        armed.is_some()
+        self.arm(work, delay, true).is_some()
     }
 
     pub(crate) fn reschedule(&self, work: &WorkRef, delay: Duration) -> bool {
+        self.arm(work, delay, false)
+            .is_some_and(|old| old.has(PENDING))
+    }
+
+    /// Arms for now + `delay` (unless pending, with `only_if_idle`): lock-free when the
+    /// live entry can serve the deadline, else under the lock. Returns the old word if
+    /// it armed the work, `None` if that was refused (or it was pending).
+    fn arm(&self, work: &WorkRef, delay: Duration, only_if_idle: bool) -> Option<State> {
         if self.is_forked_copy() {
-            return false;
+            return None;
         }
         let delay_ns = nanos(delay);
         let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
-        if let Fast::Armed(old) = self.arm_fast(work, deadline, false, delay_ns) {
-            self.set_period(work, old, delay_ns);
-            return old.has(PENDING);
-        }
-        let Some(mut core) = self.lock_unless_forked() else {
-            return false;
+        let armed = match self.arm_fast(work, deadline, only_if_idle, delay_ns) {
+            Fast::Armed(old) => Some(old),
+            Fast::AlreadyPending => return None,
+            Fast::Slow => {
+                let mut core = self.lock_unless_forked()?;
+                if core.shutdown {
+                    return None;
+                }
+                let now = self.now_ns();
+                self.commit(&mut core, work, now, |old| {
+                    if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
+                        return None;
+                    }
+                    let mut new = old;
+                    new.arm(Shared::deadline_after(now, delay_ns));
+                    Some(new)
+                })
+                .map(|(old, _)| old)
+            }
         };
-        if core.shutdown {
-            return false;
+        if let Some(old) = armed {
+            self.set_period(work, old, delay_ns);
         }
-        let now = self.now_ns();
-        let armed = self.commit(&mut core, work, now, |old| {
-            if old.refuses_arm() {
-                return None;
-            }
-            let mut new = old;
-            new.arm(Shared::deadline_after(now, delay_ns));
-            Some(new)
-        });
-        match armed {
-            Some((old, _)) => {
-                self.set_period(work, old, delay_ns);
-                old.has(PENDING)
-            }
-            None => false,
+        armed
+    }
+
+    /// A timeout work's postponement: due no earlier than this (units) by its latest
+    /// touch; 0 for other works.
+    fn postponed_to(&self, work: &WorkRef) -> u64 {
+        if !load(work.header()).has(TIMEOUT) {
+            return 0;
         }
+        let stamp = work.header().period_or_touch.load(Ordering::Acquire);
+        self.touch_due(stamp, work.period_ns())
     }
 
     /// Arms for now + `delay` unless the work is pending for sooner (the kernel's
@@ -174,12 +162,7 @@ impl Shared {
         let deadline = Shared::deadline_after(now, delay_ns);
         // A timeout work stays due no earlier than its latest touch + idle: what moves is
         // its effective deadline, the later of the two.
-        let postponed_to = if load(work.header()).has(TIMEOUT) {
-            let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-            self.touch_due(stamp, work.period_ns())
-        } else {
-            0
-        };
+        let postponed_to = self.postponed_to(work);
         self.commit(&mut core, work, now, |old| {
             let effective = old.deadline().max(postponed_to);
             if old.refuses_arm() || (old.has(PENDING) && effective <= deadline.max(postponed_to)) {
@@ -198,11 +181,7 @@ impl Shared {
         if !state.has(PENDING) {
             return None;
         }
-        let mut due = state.deadline();
-        if state.has(TIMEOUT) {
-            let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-            due = due.max(self.touch_due(stamp, work.period_ns()));
-        }
+        let due = state.deadline().max(self.postponed_to(work));
         Some(super::state::units_to_ns(due))
     }
 
@@ -210,12 +189,11 @@ impl Shared {
     /// `Park`, panics, or the scheduler shuts down. Returns whether the caller must drop
     /// the closure now (the work cannot run again).
     pub(crate) fn detach(&self, work: &WorkRef) -> bool {
-        let Some(core) = self.lock_unless_forked() else {
+        let Some(mut core) = self.lock_unless_forked() else {
             // Inert in a forked child: keep it (leaked), as a dropped handle is there.
             std::mem::forget(work.clone());
             return false;
         };
-        let mut core = core;
         // Nobody can call `enable` any more; the count must not outlive the work (a
         // later work may get the same address).
         core.disable_counts.remove(&frames::address(work));
