@@ -296,7 +296,7 @@ mod scheduler;
 mod sync;
 mod timer;
 
-pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid};
+pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid, MIN_SCAN_PERIOD};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{

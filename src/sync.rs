@@ -13,14 +13,18 @@
 #[cfg(all(loom, feature = "loom"))]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use loom::thread_local;
 }
 
 #[cfg(not(all(loom, feature = "loom")))]
 mod imp {
-    pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    };
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread_local;
 
@@ -32,6 +36,10 @@ mod imp {
     impl<T> UnsafeCell<T> {
         pub(crate) const fn new(value: T) -> Self {
             Self(std::cell::UnsafeCell::new(value))
+        }
+
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
         }
 
         pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {

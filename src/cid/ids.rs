@@ -30,6 +30,19 @@ impl IdSet {
         self.owned -= 1;
     }
 
+    /// Drops trailing words with no owned id, so the bitmap follows the high water.
+    pub(crate) fn shrink(&mut self) {
+        let used = self
+            .words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |index| index + 1);
+        self.words.truncate(used);
+        if self.words.capacity() >= 4 * used.max(1) {
+            self.words.shrink_to(used);
+        }
+    }
+
     /// Number of owned ids.
     pub(crate) fn owned(&self) -> usize {
         self.owned

@@ -100,6 +100,8 @@
 mod barrier;
 mod ids;
 mod percid;
+mod reader;
+mod slots;
 mod space;
 mod thread;
 
@@ -114,4 +116,4 @@ pub use percid::PerCid;
 pub fn run_thread_exit_hook_for_loom() {
     thread::run_exit_hook_now();
 }
-pub use space::{Cid, IdSpace, IdSpaceBuilder};
+pub use space::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};

@@ -1,246 +1,402 @@
-//! [`PerCid`]: one lazily created slot per concurrency id.
+//! [`PerCid`]: one lazily created slot per concurrency id, an owner's exclusive `with`, a
+//! reader's `for_each` beside the owners, and memory that follows the live concurrency.
 //!
-//! Slots live in buckets of doubling size (bucket `b` holds ids `2^b - 1 .. 2^(b+1) - 1`),
-//! allocated on first use and never moved, so a slot's address is stable while other
-//! threads grow the array. A slot is reached only through a pinned [`Cid`](crate::Cid),
-//! and ids are unique among live guards, so `with` hands out an exclusive `&mut T` without
-//! a lock. The compaction scan trims values whose id is at or above the high water: such
-//! an id is owned by nobody (high water = highest owned id + 1), so no guard can be using
-//! it, and taking it again needs the space lock that the scan holds.
+//! The slot arrays are in `slots.rs` (who may reach a bucket, and when a trim frees one);
+//! the reader's protocol against owners and trims is in `reader.rs`. This file puts them
+//! together:
+//!
+//! - `with` pins the calling thread's id, which no other live guard has, so it can hand
+//!   out `&mut T` without a lock; the borrow is announced to readers as `reader.rs`
+//!   describes, with no read-modify-write.
+//! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
+//!   space lock it takes the values of slots at or above the high water (owned by
+//!   nobody) and unlinks the arrays wholly above it; outside the lock it passes each
+//!   value to `on_reclaim`, exactly once, drops it, and frees the arrays. A value taken by
+//!   a trim is no longer in any slot, so no later `for_each` visits it.
+//! - If the space's scheduler is gone, nothing scans: the thread-exit path trims instead
+//!   (`SpaceInner::release_thread`), so memory still shrinks when threads go away.
 
-use std::ptr;
 use std::sync::Arc;
 
+use super::barrier;
+use super::reader::{Gate, IDLE};
+use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
+use super::thread;
 use super::IdSpace;
 use crate::scheduler::run::contain;
-use crate::sync::{lock, AtomicPtr, AtomicUsize, Mutex, Ordering, UnsafeCell};
-
-const BUCKETS: usize = usize::BITS as usize;
+use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
-/// One id's storage. Tags: `O:` only the thread owning the id (pinned), or the scan
-/// while nobody owns it; `A:` atomic, with its writers named.
-struct Slot<T> {
-    /// O: the value, created lazily.
-    value: UnsafeCell<Option<T>>,
-    /// A: set while a `with` runs on this slot; only the id's owner touches it.
-    borrowed: AtomicUsize,
-}
-
-/// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex.
-struct Slots<T> {
-    /// A: bucket arrays, allocated on first use (compare-exchange) and freed at drop.
-    buckets: [AtomicPtr<Slot<T>>; BUCKETS],
+/// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
+/// see `slots.rs` and `reader.rs`.
+struct Storage<T> {
+    /// G: the slot arrays.
+    buckets: Buckets<T>,
+    /// G: excludes readers and trims; carries the reader protocol's wakeups.
+    gate: Gate,
     /// I: makes a slot's first value.
     init: Init<T>,
-    /// M: the reclaim callback; run by the scan outside the space lock.
+    /// M: the reclaim callback; taken out while a trim runs it, so it may set another.
     on_reclaim: Mutex<Option<Reclaim<T>>>,
-    /// A: slots holding a value; owners add, the scan's trim subtracts.
+    /// A: slots holding a value; owners add when they create one, trims subtract.
     live: AtomicUsize,
 }
 
-// SAFETY: a slot's value is only reached by the thread whose pinned id it is (ids are
-// unique among live guards), or by the scan while that id is owned by nobody; moving a
-// `T` between those threads needs `T: Send`.
-unsafe impl<T: Send> Sync for Slots<T> {}
-// SAFETY: as above; the buckets are owned heap arrays.
-unsafe impl<T: Send> Send for Slots<T> {}
+// SAFETY: a slot's value is reached by the thread whose pinned id it is, by a reader
+// that excluded that owner (`reader.rs`), or by a trim while the id is owned by nobody;
+// moving a `T` between those threads needs `T: Send`. Readers get `&T` only through
+// `PerCid::for_each`, which requires `T: Sync`.
+unsafe impl<T: Send> Sync for Storage<T> {}
+// SAFETY: as above; the arrays are owned heap memory.
+unsafe impl<T: Send> Send for Storage<T> {}
 
-fn bucket_of(id: usize) -> (usize, usize) {
-    let position = id + 1;
-    let bucket = (usize::BITS - 1 - position.leading_zeros()) as usize;
-    (bucket, position - (1 << bucket))
-}
-
-impl<T> Slots<T> {
-    fn slot(&self, id: usize) -> &Slot<T> {
-        let (bucket, offset) = bucket_of(id);
-        let mut base = self.buckets[bucket].load(Ordering::Acquire);
-        if base.is_null() {
-            base = self.grow(bucket);
-        }
-        // SAFETY: bucket `b` holds `2^b` slots and `offset < 2^b`; buckets are freed only
-        // when `Slots` drops.
-        unsafe { &*base.add(offset) }
-    }
-
-    #[cold]
-    fn grow(&self, bucket: usize) -> *mut Slot<T> {
-        let slots: Box<[Slot<T>]> = (0..1usize << bucket)
-            .map(|_| Slot {
-                value: UnsafeCell::new(None),
-                borrowed: AtomicUsize::new(0),
-            })
-            .collect();
-        let fresh = Box::into_raw(slots) as *mut Slot<T>;
-        match self.buckets[bucket].compare_exchange(
-            ptr::null_mut(),
-            fresh,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => fresh,
-            Err(winner) => {
-                // SAFETY: `fresh` came from `Box::into_raw` above with this length and was
-                // never published.
-                drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, 1 << bucket)) });
-                winner
-            }
-        }
-    }
-
-    fn for_each_allocated(&self, from: usize, mut f: impl FnMut(&Slot<T>)) {
-        for bucket in 0..BUCKETS {
-            let base = self.buckets[bucket].load(Ordering::Acquire);
-            if base.is_null() {
-                continue;
-            }
-            let first_id = (1usize << bucket) - 1;
-            for offset in 0..1usize << bucket {
-                if first_id + offset >= from {
-                    // SAFETY: as in `slot`.
-                    f(unsafe { &*base.add(offset) });
-                }
-            }
-        }
-    }
-}
-
-impl<T> Drop for Slots<T> {
-    fn drop(&mut self) {
-        for bucket in 0..BUCKETS {
-            let base = self.buckets[bucket].swap(ptr::null_mut(), Ordering::Acquire);
-            if !base.is_null() {
-                // SAFETY: published by `grow` from a boxed slice of this length.
-                drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(base, 1 << bucket)) });
-            }
-        }
-    }
-}
-
-impl<T: Send + 'static> Trim for Slots<T> {
-    fn detach_above(self: Arc<Self>, high_water: usize) -> Option<Box<dyn FnOnce() + Send>> {
-        let mut detached = Vec::new();
-        self.for_each_allocated(high_water, |slot| {
-            // SAFETY: the slot's id is at or above the high water, so no thread owns it,
-            // no guard can reach it, and the caller holds the space lock that taking the
-            // id again requires.
-            if let Some(value) = slot.value.with_mut(|value| unsafe { (*value).take() }) {
-                detached.push(value);
-            }
+impl<T: Send + 'static> Trim for Storage<T> {
+    fn trim(&self, space: &SpaceInner) {
+        let _hold = self.gate.enter_trim();
+        let detached = space.at_high_water(|high_water| {
+            // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
+            unsafe { self.buckets.detach_above(high_water) }
         });
-        if detached.is_empty() {
-            return None;
+        if detached.values.is_empty() && detached.arrays.is_empty() {
+            return;
         }
-        self.live.fetch_sub(detached.len(), Ordering::Relaxed);
-        Some(Box::new(move || {
-            let mut on_reclaim = lock(&self.on_reclaim);
-            for mut value in detached {
-                if let Some(callback) = on_reclaim.as_mut() {
-                    contain(
-                        "a PerCid on_reclaim callback panicked; the slot is dropped",
-                        || callback(&mut value),
-                    );
-                }
-                contain("dropping a reclaimed PerCid slot panicked", move || {
-                    drop(value)
-                });
+        self.live
+            .fetch_sub(detached.values.len(), Ordering::Relaxed);
+        let mut callback = lock(&self.on_reclaim).take();
+        for mut value in detached.values {
+            if let Some(callback) = callback.as_mut() {
+                contain(
+                    "a PerCid on_reclaim callback panicked; the slot is dropped",
+                    || callback(&mut value),
+                );
             }
-        }))
+            contain("dropping a reclaimed PerCid slot panicked", move || {
+                drop(value)
+            });
+        }
+        let mut current = lock(&self.on_reclaim);
+        if current.is_none() {
+            // Unless the callback set a new one meanwhile.
+            *current = callback;
+        }
+        drop(current);
+        // The arrays hold no values any more; freeing them runs no user code.
+        drop(detached.arrays);
     }
 }
 
-/// One value per concurrency id of an [`IdSpace`], created lazily; its memory follows the
-/// live concurrency: slots above the space's high water are handed to the
-/// [`on_reclaim`](Self::on_reclaim) callback and dropped by the compaction scan.
+/// One value per concurrency id of an [`IdSpace`], created lazily, whose memory follows
+/// the live concurrency.
+///
+/// - [`with`](Self::with) gives the calling thread `&mut` access to its own slot, without
+///   a lock or any atomic read-modify-write.
+/// - [`for_each`](Self::for_each) visits every slot from any thread while the owners keep
+///   working (for `T: Sync`): the sum of per-thread counters, a merge of histograms.
+/// - Slots above the space's high water (ids nobody holds any more) are handed to
+///   [`on_reclaim`](Self::on_reclaim) and dropped by the space's compaction scan, and
+///   the slot arrays above it are freed: after the threads shrink from N to M, the
+///   storage is back to about what M threads need.
 ///
 /// # Examples
 ///
+/// Sharded counters, summed by a reader, with the slots of threads that went away folded
+/// into a total so no increment is lost:
+///
 /// ```
-/// use std::time::Duration;
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use std::sync::Arc;
 /// use nicework::{IdSpace, PerCid, Scheduler};
 ///
 /// let sched = Scheduler::manual();
 /// let ids = IdSpace::new(&sched);
-/// let counters: PerCid<u64> = PerCid::new(&ids, || 0);
-/// counters.with(|n| *n += 1);
-/// counters.with(|n| *n += 1);
-/// assert_eq!(counters.with(|n| *n), 2);
-/// assert_eq!(counters.live(), 1);
+/// let folded = Arc::new(AtomicU64::new(0));
+/// let counters: PerCid<AtomicU64> = PerCid::with_reclaim(&ids, || AtomicU64::new(0), {
+///     let folded = folded.clone();
+///     move |slot: &mut AtomicU64| {
+///         folded.fetch_add(*slot.get_mut(), Relaxed);
+///     }
+/// });
+/// std::thread::scope(|s| {
+///     for _ in 0..4 {
+///         s.spawn(|| {
+///             for _ in 0..1000 {
+///                 counters.with(|n| *n.get_mut() += 1);
+///             }
+///         });
+///     }
+/// });
+/// let mut total = folded.load(Relaxed);
+/// counters.for_each(|n| total += n.load(Relaxed));
+/// assert_eq!(total, 4000);
+/// ```
+///
+/// An exclusive per-id cache:
+///
+/// ```
+/// use nicework::{IdSpace, PerCid, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let ids = IdSpace::new(&sched);
+/// let caches: PerCid<Vec<u64>> = PerCid::new(&ids, Vec::new);
+/// caches.with(|cache| cache.push(1));
+/// caches.with(|cache| cache.push(2));
+/// assert_eq!(caches.with(|cache| cache.len()), 2);
+/// assert_eq!(caches.live(), 1);
 /// ```
 pub struct PerCid<T: Send + 'static> {
     space: Arc<SpaceInner>,
-    slots: Arc<Slots<T>>,
+    storage: Arc<Storage<T>>,
 }
 
 impl<T: Send + 'static> PerCid<T> {
     /// Creates the storage; `init` makes a slot's value the first time its id is used.
     /// (For a space made before a `fork()`, in the child, slots are never trimmed; see
     /// [`IdSpace::enter`].)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let buffers: PerCid<Vec<u8>> = PerCid::new(&ids, || Vec::with_capacity(4096));
+    /// assert_eq!(buffers.with(|buffer| buffer.capacity()), 4096);
+    /// ```
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
-        let slots = Arc::new(Slots {
-            buckets: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+        let storage = Arc::new(Storage {
+            buckets: Buckets::new(),
+            gate: Gate::new(),
             init: Box::new(init),
             on_reclaim: Mutex::new(None),
             live: AtomicUsize::new(0),
         });
-        let trim: Arc<dyn Trim> = slots.clone();
+        let trim: Arc<dyn Trim> = storage.clone();
         ids.inner().register_trim(Arc::downgrade(&trim));
         PerCid {
             space: ids.inner().clone(),
-            slots,
+            storage,
         }
     }
 
+    /// [`new`](Self::new) with the [`on_reclaim`](Self::on_reclaim) callback set from
+    /// the start, so no slot can be trimmed before it is: the form to use when every
+    /// slot's contents must be accounted for (counters folded into a total).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use std::sync::Arc;
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let folded = Arc::new(AtomicU64::new(0));
+    /// let sink = folded.clone();
+    /// let counters = PerCid::with_reclaim(&ids, || 0u64, move |n: &mut u64| {
+    ///     sink.fetch_add(*n, Relaxed);
+    /// });
+    /// counters.with(|n| *n += 5);
+    /// ```
+    pub fn with_reclaim(
+        ids: &IdSpace,
+        init: impl Fn() -> T + Send + Sync + 'static,
+        on_reclaim: impl FnMut(&mut T) + Send + 'static,
+    ) -> Self {
+        let per_cid = PerCid::new(ids, init);
+        per_cid.on_reclaim(on_reclaim);
+        per_cid
+    }
+
     /// Runs `f` with exclusive access to the calling thread's slot (pinning its id for the
-    /// duration).
+    /// duration), creating the value with `init` on first use.
+    ///
+    /// Takes no lock and does no atomic read-modify-write, except the first time a slot
+    /// gets a value, and except while a [`for_each`](Self::for_each) is visiting this
+    /// very slot: then it waits for that visit to end.
     ///
     /// # Panics
     ///
-    /// If `f` calls `with` on the same `PerCid` (the same id would be borrowed twice, as
-    /// with a `RefCell`). Other `PerCid`s, even of the same space, may be nested.
+    /// - If `f` calls `with` on the same `PerCid` (the same slot would be borrowed twice,
+    ///   as with a `RefCell`). Other `PerCid`s, even of the same space, may be nested.
+    /// - If it is called from inside a `for_each` callback of the same `PerCid` while that
+    ///   callback visits the calling thread's own slot.
+    ///
+    /// A panic in `f` propagates, and leaves the slot's value as `f` left it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let hits: PerCid<u64> = PerCid::new(&ids, || 0);
+    /// hits.with(|n| *n += 1);
+    /// assert_eq!(hits.with(|n| *n), 1);
+    /// ```
+    #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let cid = self.space.enter();
-        let slot = self.slots.slot(cid.get());
+        // SAFETY: `cid` pins the id until after `_borrow` is dropped.
+        let slot = unsafe { self.storage.buckets.slot(cid.get()) };
         assert!(
             slot.borrowed.load(Ordering::Relaxed) == 0,
             "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
              already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
              keep the nested state in a separate PerCid"
         );
-        slot.borrowed.store(1, Ordering::Relaxed);
-        struct Unborrow<'a>(&'a AtomicUsize);
-        impl Drop for Unborrow<'_> {
-            fn drop(&mut self) {
-                self.0.store(0, Ordering::Relaxed);
-            }
-        }
-        let _unborrow = Unborrow(&slot.borrowed);
+        let _borrow = Borrow::start(slot, &self.storage.gate);
         slot.value.with_mut(|value| {
-            // SAFETY: `cid` pins an id no other live guard has, and the scan only touches
-            // slots of ids nobody owns, so this is the only reference to the slot.
+            // SAFETY: `cid` pins an id no other live guard has, a reader visits the slot
+            // only while it is not borrowed (`reader.rs`), and a trim only takes values of
+            // ids nobody owns, so this is the only reference to the value.
             let value = unsafe { &mut *value };
-            if value.is_none() {
-                *value = Some((self.slots.init)());
-                self.slots.live.fetch_add(1, Ordering::Relaxed);
-            }
-            f(value.as_mut().expect("initialised above"))
+            let value = match value {
+                Some(value) => value,
+                None => self.first_value(value),
+            };
+            f(value)
         })
     }
 
-    /// Sets the callback that receives a slot's value before it is dropped by a trim.
-    /// It runs on the compaction work's thread, outside the space's lock; a panic in it is
-    /// caught and logged.
+    #[cold]
+    #[inline(never)]
+    fn first_value<'v>(&self, empty: &'v mut Option<T>) -> &'v mut T {
+        let value = empty.insert((self.storage.init)());
+        self.storage.live.fetch_add(1, Ordering::Relaxed);
+        value
+    }
+
+    /// Calls `f` on every slot that holds a value, lowest id first, from any thread, while
+    /// the owners keep calling [`with`](Self::with).
+    ///
+    /// It never sees a slot while its owner holds the `&mut T`: it waits for a `with` in
+    /// progress on a slot before visiting it, and an owner that starts a `with` on a slot
+    /// being visited waits for that visit (which is why the callback should be short).
+    /// A slot created during the call may or may not be visited; a slot trimmed by the
+    /// compaction scan is never visited after its value went to
+    /// [`on_reclaim`](Self::on_reclaim), and the trim and its `on_reclaim` calls do not
+    /// run during a `for_each`. Calls from several threads take turns.
+    ///
+    /// Like taking a read lock, calling it from inside `with` on *another* `PerCid`
+    /// waits for that one's owners: two threads doing so on two `PerCid`s in opposite
+    /// orders wait for each other.
+    ///
+    /// # Panics
+    ///
+    /// Instead of waiting for its own thread:
+    /// - from inside `with` on the same `PerCid`;
+    /// - from inside `for_each` or `on_reclaim` of the same `PerCid`.
+    ///
+    /// A panic in `f` propagates after the owners waiting for the visit are released.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let bytes: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    /// bytes.with(|n| *n.get_mut() += 512);
+    /// let mut total = 0;
+    /// bytes.for_each(|n| total += n.load(Relaxed));
+    /// assert_eq!(total, 512);
+    /// ```
+    pub fn for_each(&self, f: impl FnMut(&T))
+    where
+        T: Sync,
+    {
+        self.refuse_inside_own_with();
+        let hold = self.storage.gate.enter_reader();
+        let linked = self.storage.buckets.linked();
+        // SAFETY: `hold` holds the gate the snapshot was taken under.
+        hold.read(unsafe { linked.slots() }, f);
+    }
+
+    /// Panics if the calling thread is inside `with` on this `PerCid`: a reader would
+    /// wait for its own borrow.
+    fn refuse_inside_own_with(&self) {
+        let Some(id) = thread::pinned_id(&self.space) else {
+            return;
+        };
+        // SAFETY: the thread pins `id`, so its bucket stays linked during this call.
+        let Some(slot) = (unsafe { self.storage.buckets.linked_slot(id) }) else {
+            return;
+        };
+        // Only this thread writes its pinned slot's `borrowed`.
+        assert!(
+            slot.borrowed.load(Ordering::Relaxed) == 0,
+            "PerCid::for_each called from inside `with` on the same PerCid: it would wait \
+             for this thread's own borrow; call it after `with` returns"
+        );
+    }
+
+    /// Sets the callback that receives a slot's value before a trim drops it. It runs on
+    /// the compaction work's thread (or, once the space's scheduler is gone, on a thread
+    /// that is exiting), outside the space's lock; a panic in it is caught and logged,
+    /// and the value is dropped.
+    ///
+    /// Every value trimmed after this call goes to the callback exactly once; a value
+    /// trimmed before it was dropped without it. Set it before the first
+    /// [`with`](Self::with), or use [`with_reclaim`](Self::with_reclaim). The values
+    /// still in their slots when the `PerCid` is dropped are dropped without it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let caches: PerCid<Vec<u8>> = PerCid::new(&ids, Vec::new);
+    /// caches.on_reclaim(|cache| cache.clear());
+    /// ```
     pub fn on_reclaim(&self, callback: impl FnMut(&mut T) + Send + 'static) {
-        *lock(&self.slots.on_reclaim) = Some(Box::new(callback));
+        *lock(&self.storage.on_reclaim) = Some(Box::new(callback));
     }
 
     /// Slots that currently hold a value.
     pub fn live(&self) -> usize {
-        self.slots.live.load(Ordering::Relaxed)
+        self.storage.live.load(Ordering::Relaxed)
+    }
+}
+
+/// The owner's borrow of its slot: B, the barrier and L on start; E, the barrier and N
+/// on drop (see `reader.rs`).
+struct Borrow<'a, T> {
+    slot: &'a Slot<T>,
+    gate: &'a Gate,
+}
+
+impl<'a, T> Borrow<'a, T> {
+    #[inline]
+    fn start(slot: &'a Slot<T>, gate: &'a Gate) -> Self {
+        slot.borrowed.store(1, Ordering::Relaxed);
+        // From here on the guard undoes the borrow, also if `wait_for_reader` panics.
+        let borrow = Borrow { slot, gate };
+        barrier::light();
+        if slot.reading.load(Ordering::Acquire) != IDLE {
+            gate.wait_for_reader(slot);
+        }
+        borrow
+    }
+}
+
+impl<T> Drop for Borrow<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.slot.borrowed.store(0, Ordering::Release);
+        barrier::light();
+        if self.slot.reading.load(Ordering::Relaxed) != IDLE {
+            self.gate.wake_reader();
+        }
     }
 }
 

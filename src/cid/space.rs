@@ -14,11 +14,16 @@ use crate::{Next, Scheduler, Work};
 /// The kernel's `MM_CID_SCAN_DELAY`.
 const DEFAULT_SCAN_PERIOD: Duration = Duration::from_millis(100);
 
+/// The shortest scan period: shorter ones (zero included) are raised to it, so a space
+/// scans at most 100 times a second however it is configured.
+pub const MIN_SCAN_PERIOD: Duration = Duration::from_millis(10);
+
 /// A per-id storage that the scan trims above the high water (implemented by `PerCid`).
 pub(crate) trait Trim: Send + Sync {
-    /// Moves the values of slots `>= high_water` out (under the space lock: no user code)
-    /// and returns what must run outside the lock (the reclaim callback, then the drops).
-    fn detach_above(self: Arc<Self>, high_water: usize) -> Option<Box<dyn FnOnce() + Send>>;
+    /// Takes the values of slots at or above the high water out (reading it under the
+    /// space lock with [`SpaceInner::at_high_water`]), hands them to the reclaim
+    /// callback and frees what it can. Called without the space lock.
+    fn trim(&self, space: &SpaceInner);
 }
 
 pub(crate) struct SpaceState {
@@ -121,9 +126,41 @@ impl SpaceInner {
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
         self.threads.store(state.threads.len(), Ordering::Relaxed);
         self.publish(&state);
+        shrink(&mut state.threads);
         drop(state);
         // Something changed: let the compaction work trim storage above the high water.
         self.work.touch();
+        if self.work.scheduler_is_shut_down() {
+            // Nothing scans any more: trim here, so memory still follows the threads.
+            self.trim_all();
+        }
+    }
+
+    /// Runs every live storage's trim, without the space lock (trims take it themselves,
+    /// and run user callbacks).
+    fn trim_all(&self) {
+        let trims: Vec<Arc<dyn Trim>> = {
+            let mut state = lock(&self.state);
+            let mut live = Vec::with_capacity(state.trims.len());
+            state.trims.retain(|trim| match trim.upgrade() {
+                Some(trim) => {
+                    live.push(trim);
+                    true
+                }
+                None => false,
+            });
+            live
+        };
+        for trim in trims {
+            trim.trim(self);
+        }
+    }
+
+    /// Runs `f` with the current high water, under the space lock: no id at or above it
+    /// is owned, and none can be taken until `f` returns. `f` must not run user code.
+    pub(crate) fn at_high_water<R>(&self, f: impl FnOnce(usize) -> R) -> R {
+        let state = lock(&self.state);
+        f(state.ids.high_water())
     }
 
     /// The slow path of `enter()`: the thread owns no id, or one that is not below the
@@ -190,21 +227,12 @@ impl SpaceInner {
             }
         }
         state.threads = threads;
+        shrink(&mut state.threads);
+        state.ids.shrink();
         self.publish(&state);
-        let high_water = state.ids.high_water();
         let held = state.ids.owned();
-        let mut deferred = Vec::new();
-        state.trims.retain(|trim| match trim.upgrade() {
-            Some(trim) => {
-                deferred.extend(trim.detach_above(high_water));
-                true
-            }
-            None => false,
-        });
         drop(state);
-        for reclaim in deferred {
-            reclaim();
-        }
+        self.trim_all();
         // Nothing held: nothing can go idle or shrink, so park until the next acquire.
         if held == 0 {
             Next::Park
@@ -291,6 +319,16 @@ impl SpaceInner {
     }
 }
 
+/// Gives back a list's spare capacity once it is mostly unused, so the space's memory
+/// follows its live threads (a list sized for a peak of 64 threads shrinks when 4 are
+/// left) without reallocating at every thread that comes and goes.
+fn shrink<T>(list: &mut Vec<T>) {
+    let floor = list.len().max(4);
+    if list.capacity() >= 4 * floor {
+        list.shrink_to(floor);
+    }
+}
+
 /// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
 ///
 /// See the [module documentation](crate::cid) for the protocol and its guarantees.
@@ -331,9 +369,29 @@ pub struct IdSpaceBuilder {
 impl IdSpaceBuilder {
     /// How often the compaction work looks for idle threads (100 ms by default, the
     /// kernel's `MM_CID_SCAN_DELAY`). A thread that has not entered for one to two periods
-    /// loses its id. Rounded up to the scheduler's slack.
+    /// loses its id, and `PerCid` slots above the high water are trimmed at each scan.
+    ///
+    /// Periods shorter than [`MIN_SCAN_PERIOD`] (10 ms), zero included, are raised to it;
+    /// a period too long for the scheduler's clock (about 27 years) means the scan never
+    /// runs on its own, and ids are then given back only when threads exit. Rounded up to
+    /// the scheduler's slack.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{IdSpace, Scheduler, MIN_SCAN_PERIOD};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::builder().scan_period(Duration::ZERO).build(&sched);
+    /// drop(ids.enter());
+    /// sched.advance(MIN_SCAN_PERIOD / 2);
+    /// assert_eq!(ids.compaction_stats().runs, 0); // not a busy loop
+    /// sched.advance(MIN_SCAN_PERIOD);
+    /// assert_eq!(ids.compaction_stats().runs, 1);
+    /// ```
     pub fn scan_period(mut self, period: Duration) -> Self {
-        self.scan_period = period;
+        self.scan_period = period.max(MIN_SCAN_PERIOD);
         self
     }
 

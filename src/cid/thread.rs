@@ -269,3 +269,21 @@ pub(crate) fn mark_used(record: &ThreadRec) {
         record.used.store(1, Ordering::Relaxed);
     }
 }
+
+/// The id the calling thread pins in `space` (its outermost guard's), if any; never
+/// registers a record.
+pub(crate) fn pinned_id(space: &Arc<SpaceInner>) -> Option<usize> {
+    let record = match LAST.try_with(Cell::get) {
+        Ok((serial, last)) if serial == space.serial => Some(last),
+        _ => REGISTRY
+            .try_with(|registry| find(&registry.records.borrow(), space.serial))
+            .ok()
+            .flatten()
+            .or_else(|| with_orphans(|orphans| find(orphans, space.serial)).flatten()),
+    }?;
+    // SAFETY: the calling thread's own record, alive while it is in its registry or
+    // orphan list, which only this thread changes, and not during this call.
+    let record = unsafe { record.as_ref() };
+    (record.pin.load(Ordering::Relaxed) & !ORPHANED != 0)
+        .then(|| record.own.load(Ordering::Relaxed))
+}

@@ -432,6 +432,12 @@ impl Shared {
 
     // === shutdown ===
 
+    /// Whether the scheduler shut down (or this is its copy in a forked child, where it
+    /// runs nothing).
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.lock_unless_forked().map_or(true, |core| core.shutdown)
+    }
+
     /// Cancels every armed work and wakes every worker so it exits.
     pub(crate) fn shutdown(&self) {
         let Some(mut core) = self.lock_unless_forked() else {

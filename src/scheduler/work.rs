@@ -107,6 +107,11 @@ impl Work {
         }
     }
 
+    /// Whether the work's scheduler shut down: nothing will run the work any more.
+    pub(crate) fn scheduler_is_shut_down(&self) -> bool {
+        self.shared.is_shut_down()
+    }
+
     pub(crate) fn inner(&self) -> &WorkRef {
         &self.inner
     }

@@ -1,0 +1,304 @@
+//! The reader protocol: [`PerCid::for_each`](crate::PerCid::for_each) beside owners in
+//! `with` and beside trims, with the owner's side free of atomic read-modify-write.
+//!
+//! # Reader against owner
+//!
+//! A slot has two words: `borrowed`, written only by the id's owner, and `reading`,
+//! written only by a reader holding the gate. It is the pin protocol of `mod.rs` again,
+//! with the reader in the reclaimer's place: the reader sets a flag and pays for the
+//! barrier, the owner stores and loads.
+//!
+//! ```text
+//!  owner (`with` on its pinned id's slot)        reader (`for_each`, holding the gate)
+//!  ──────────────────────────────────────        ─────────────────────────────────────
+//!  borrowed := 1                        (B)      every linked slot: reading := FLAGGED (F)
+//!  light barrier                                 heavy barrier (membarrier)
+//!  if reading != IDLE (acquire):        (L)      for each slot:
+//!    borrowed := 0 (release), notify,              under the gate lock, wait while
+//!    wait until reading == IDLE, retry B             borrowed != 0 (acquire)            (W)
+//!  f(&mut value)                                   reading := VISITING; f(&value)
+//!  borrowed := 0 (release)              (E)        under the gate lock:
+//!  light barrier                                     reading := IDLE (release), notify  (D)
+//!  if reading != IDLE: notify           (N)
+//!    (under the gate lock)
+//! ```
+//!
+//! - **Exclusion.** B→L and F→W are store→load pairs, and the heavy barrier puts a full
+//!   fence on the owner's side between them, so either L sees the flag (the owner backs
+//!   off before touching the value) or W sees the borrow (the reader waits for E). A
+//!   reader therefore visits a slot only while no owner is between B and E, and an owner
+//!   whose B comes after the reader's W saw 0 sees the flag at L and waits for D.
+//! - **Visibility.** E (release) → W (acquire) orders the owner's writes before the
+//!   visit; D (release) → L (acquire) orders the visit before the owner's next writes.
+//! - **No lost wakeup.** A reader waits at W only after it saw `borrowed == 1` after the
+//!   heavy barrier. The store of 1 it saw is either a B after the owner's fence point,
+//!   whose L then sees the flag and backs off (storing 0, then notifying under the gate
+//!   lock), or a B before it whose E is after it (else the reader would have seen E's
+//!   0), and then N after it sees the flag and notifies under the gate lock. The reader
+//!   checks `borrowed` under that lock, so the notify cannot fall between its check and
+//!   its wait. An owner waits at L under the gate lock for `reading == IDLE`, which D
+//!   writes under the same lock.
+//! - **Owner cost.** `with` adds two relaxed stores, two acquire loads and two compiler
+//!   fences (real fences only where membarrier is unavailable) to the pin protocol: no
+//!   read-modify-write, no lock, unless a reader has flagged its slot.
+//!
+//! # Reader against trim
+//!
+//! A trim takes values out of slots and frees arrays, so it must not run beside a
+//! reader. Both take the **gate**, a flag under a mutex that is never held while user
+//! code runs or while the space lock is taken: a reader holds it for its whole pass, a
+//! trim from before it takes the space lock until its `on_reclaim` calls are done. A
+//! waiting trim goes before new readers, so a reader calling `for_each` in a loop cannot
+//! starve the trim (and memory). Because the reclaim callbacks run inside the trim's hold,
+//! a reader never sees a slot's value both in its slot and in what `on_reclaim` folded.
+//!
+//! # Re-entrancy on one thread
+//!
+//! - `for_each` inside `with` on the same `PerCid`: the reader would wait at W for its
+//!   own borrow. It panics before flagging anything.
+//! - `with` inside `for_each`'s callback: the owner is the reader's own thread. A slot
+//!   only `FLAGGED` is not being read (the reader is on this thread's stack, elsewhere),
+//!   so the owner goes on; a slot `VISITING` is behind the `&T` the callback holds, so
+//!   `with` panics.
+//! - `for_each` inside `for_each`'s callback, or inside `on_reclaim`: the gate is held
+//!   by this thread; it panics instead of waiting for itself.
+//!
+//! A `for_each` inside `with` on *another* `PerCid` waits for that one's owners, like a
+//! read lock taken under another lock: two threads doing that in opposite orders
+//! deadlock, as with two `RwLock`s. The docs of `for_each` say so.
+
+use super::barrier;
+use super::slots::Slot;
+use crate::sync::{lock, thread_local, wait, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// `Slot::reading`: no reader is interested.
+pub(super) const IDLE: u32 = 0;
+/// `Slot::reading`: a reader will visit the slot; an owner waits for `IDLE`.
+pub(super) const FLAGGED: u32 = 1;
+/// `Slot::reading`: a reader's callback holds `&T` to the value.
+pub(super) const VISITING: u32 = 2;
+
+thread_local! {
+    // loom's thread_local! has no `const { }` form, and this must build with both.
+    #[allow(clippy::missing_const_for_thread_local)]
+    static THREAD_TAG: u8 = 0;
+}
+
+/// A number no other live thread has: the address of a thread-local of this thread.
+fn thread_tag() -> usize {
+    // `try_with`: loom destroys its mock thread-locals; std's const local with no
+    // destructor is never destroyed. A tag of 1 is never an address of a `u8` local that
+    // another thread could also produce... except another thread in the same teardown,
+    // which is only possible under loom.
+    THREAD_TAG
+        .try_with(|tag| tag as *const u8 as usize)
+        .unwrap_or(1)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    Free,
+    Reader(usize),
+    Trim(usize),
+}
+
+#[derive(Debug)]
+struct GateState {
+    holder: Holder,
+    /// Trims waiting for the gate; new readers wait behind them.
+    trims_waiting: usize,
+}
+
+/// Excludes readers and trims of one storage from each other, and carries the wakeups of
+/// the reader protocol. Tags: `M:` under `state`; `A:` atomic, with its writers named.
+#[derive(Debug)]
+pub(super) struct Gate {
+    /// M: who holds the gate, and who waits for it.
+    state: Mutex<GateState>,
+    /// Signalled whenever the holder changes, a slot is released by a reader (D), or an
+    /// owner lets go of a flagged slot (L, N).
+    changed: Condvar,
+    /// A: the thread tag of the reader holding the gate (0: none); written by that reader
+    /// under `state`, read by owners in their cold path.
+    reader: AtomicUsize,
+}
+
+impl Gate {
+    pub(super) fn new() -> Self {
+        Gate {
+            state: Mutex::new(GateState {
+                holder: Holder::Free,
+                trims_waiting: 0,
+            }),
+            changed: Condvar::new(),
+            reader: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes the gate for a reader.
+    ///
+    /// # Panics
+    ///
+    /// If this thread holds it already (a `for_each` inside `for_each` or `on_reclaim` on
+    /// the same storage).
+    pub(super) fn enter_reader(&self) -> GateHold<'_> {
+        let me = thread_tag();
+        let mut state = lock(&self.state);
+        loop {
+            match state.holder {
+                Holder::Reader(tag) if tag == me => panic!(
+                    "PerCid::for_each called from inside a for_each callback on the same \
+                     PerCid; collect what you need and iterate again after it returns"
+                ),
+                Holder::Trim(tag) if tag == me => panic!(
+                    "PerCid::for_each called from inside on_reclaim on the same PerCid; the \
+                     slot being reclaimed is passed to the callback, the others are not \
+                     reachable from it"
+                ),
+                Holder::Free if state.trims_waiting == 0 => break,
+                _ => state = wait(&self.changed, state),
+            }
+        }
+        state.holder = Holder::Reader(me);
+        self.reader.store(me, Ordering::Relaxed);
+        GateHold { gate: self }
+    }
+
+    /// Takes the gate for a trim, ahead of readers that come later.
+    pub(super) fn enter_trim(&self) -> GateHold<'_> {
+        let me = thread_tag();
+        let mut state = lock(&self.state);
+        state.trims_waiting += 1;
+        while state.holder != Holder::Free {
+            state = wait(&self.changed, state);
+        }
+        state.trims_waiting -= 1;
+        state.holder = Holder::Trim(me);
+        GateHold { gate: self }
+    }
+
+    /// The owner's side after it saw `reading != IDLE` at L (its `borrowed` is 1): waits
+    /// until the reader is done with the slot, then borrows it again (B, barrier, L).
+    ///
+    /// # Panics
+    ///
+    /// If this thread is the reader and its callback is visiting this very slot.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wait_for_reader<T>(&self, slot: &Slot<T>) {
+        loop {
+            let reading = slot.reading.load(Ordering::Acquire);
+            if reading == IDLE {
+                return;
+            }
+            if self.reader.load(Ordering::Relaxed) == thread_tag() {
+                // This thread is the reader, somewhere up its own stack.
+                assert!(
+                    reading != VISITING,
+                    "PerCid::with called from inside a for_each callback on the slot that \
+                     callback is visiting (the calling thread's own slot); use the `&T` \
+                     for_each passed"
+                );
+                return;
+            }
+            slot.borrowed.store(0, Ordering::Release);
+            let mut state = lock(&self.state);
+            // A reader may be waiting at W for the borrow we just dropped.
+            self.changed.notify_all();
+            while slot.reading.load(Ordering::Acquire) != IDLE {
+                state = wait(&self.changed, state);
+            }
+            drop(state);
+            slot.borrowed.store(1, Ordering::Relaxed);
+            barrier::light();
+        }
+    }
+
+    /// The owner's side at N: a reader flagged the slot while it was borrowed and may be
+    /// waiting at W.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wake_reader(&self) {
+        let _state = lock(&self.state);
+        self.changed.notify_all();
+    }
+}
+
+/// The gate, held; let go on drop (also when a callback panics).
+#[derive(Debug)]
+pub(super) struct GateHold<'a> {
+    gate: &'a Gate,
+}
+
+impl GateHold<'_> {
+    /// The reader's pass over `slots` (F, the heavy barrier, then W, visit, D per slot).
+    /// `visit` is called for every slot that holds a value, with no lock held.
+    pub(super) fn read<'s, T: 's>(
+        &self,
+        slots: impl Iterator<Item = &'s Slot<T>> + Clone,
+        mut visit: impl FnMut(&T),
+    ) {
+        for slot in slots.clone() {
+            slot.reading.store(FLAGGED, Ordering::Relaxed);
+        }
+        // Clears the flags of the slots not visited yet if `visit` panics, so their owners
+        // are not left waiting.
+        struct Unflag<'g, 's, T: 's, I: Iterator<Item = &'s Slot<T>>> {
+            rest: I,
+            gate: &'g Gate,
+        }
+        impl<'s, T: 's, I: Iterator<Item = &'s Slot<T>>> Drop for Unflag<'_, 's, T, I> {
+            fn drop(&mut self) {
+                let _state = lock(&self.gate.state);
+                for slot in &mut self.rest {
+                    slot.reading.store(IDLE, Ordering::Release);
+                }
+                self.gate.changed.notify_all();
+            }
+        }
+        barrier::heavy();
+        let mut pending = Unflag {
+            rest: slots,
+            gate: self.gate,
+        };
+        let gate = self.gate;
+        while let Some(slot) = pending.rest.next() {
+            let mut state = lock(&gate.state);
+            while slot.borrowed.load(Ordering::Acquire) != 0 {
+                state = wait(&gate.changed, state);
+            }
+            slot.reading.store(VISITING, Ordering::Relaxed);
+            drop(state);
+            // Un-visits the slot whether `visit` returns or panics.
+            struct Done<'s, T> {
+                slot: &'s Slot<T>,
+                gate: &'s Gate,
+            }
+            impl<T> Drop for Done<'_, T> {
+                fn drop(&mut self) {
+                    let _state = lock(&self.gate.state);
+                    self.slot.reading.store(IDLE, Ordering::Release);
+                    self.gate.changed.notify_all();
+                }
+            }
+            let _done = Done { slot, gate };
+            slot.value.with(|value| {
+                // SAFETY: the slot is flagged and was seen not borrowed after the heavy
+                // barrier, so no owner holds `&mut` to it until D (see the module docs);
+                // trims are excluded by the gate.
+                if let Some(value) = unsafe { &*value } {
+                    visit(value);
+                }
+            });
+        }
+    }
+}
+
+impl Drop for GateHold<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.gate.state);
+        state.holder = Holder::Free;
+        self.gate.reader.store(0, Ordering::Relaxed);
+        self.gate.changed.notify_all();
+    }
+}

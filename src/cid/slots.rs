@@ -1,0 +1,295 @@
+//! The slot arrays behind [`PerCid`](crate::PerCid): one slot per id, in buckets of
+//! doubling size, allocated on first use and freed by a trim once every id they cover is
+//! at or above the high water.
+//!
+//! Bucket `b` covers ids `2^b - 1 .. 2^(b+1) - 1`, so ids `0..n` need `log2(n + 1)`
+//! buckets and never more than `2n + 1` slots. A bucket array is never moved: it is
+//! linked (compare-exchange, by an owner of an id it covers) and unlinked (by a trim)
+//! whole, so a slot's address is stable while its bucket is linked.
+//!
+//! # Who may reach a bucket
+//!
+//! - **An owner** reaches bucket `b` only through a pinned id it covers. A pinned id is
+//!   owned, so the high water (highest owned id + 1) is above it, and a trim unlinks `b`
+//!   only when the high water is at or below `b`'s first id, under the space lock that
+//!   taking an id requires. So a bucket is never unlinked while an owner is inside it. An
+//!   owner that takes an id in an unlinked range later finds the bucket null and links a
+//!   fresh one.
+//! - **A reader** (`for_each`) holds the storage's gate (`reader.rs`) for its whole pass,
+//!   and a trim takes the gate before it unlinks anything, so the arrays a reader
+//!   snapshotted stay linked until it is done.
+//! - **A trim** unlinks under the space lock and frees the arrays after releasing it:
+//!   once unlinked, nobody can reach them.
+//!
+//! The slot's own fields are described in `reader.rs`, whose protocol they implement.
+
+use std::ptr::{self, NonNull};
+
+use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell};
+
+/// One bucket per bit of an id: enough for every `usize` id.
+pub(super) const BUCKETS: usize = usize::BITS as usize;
+
+/// One id's storage.
+pub(super) struct Slot<T> {
+    /// The value, created lazily by the id's owner. Reached by the owner under its pinned
+    /// id with `borrowed` set, by a reader that flagged the slot and saw it not borrowed,
+    /// or by a trim while the id is owned by nobody (see `reader.rs`).
+    pub(super) value: UnsafeCell<Option<T>>,
+    /// 1 while the owner's `with` runs on this slot; only the id's owner writes it.
+    pub(super) borrowed: AtomicU32,
+    /// The reader's claim on the slot (`IDLE`, `FLAGGED`, `VISITING`); only a reader
+    /// holding the gate writes it.
+    pub(super) reading: AtomicU32,
+}
+
+impl<T> Slot<T> {
+    fn empty() -> Self {
+        Slot {
+            value: UnsafeCell::new(None),
+            borrowed: AtomicU32::new(0),
+            reading: AtomicU32::new(0),
+        }
+    }
+}
+
+/// The bucket and the offset in it that hold `id`.
+fn bucket_of(id: usize) -> (usize, usize) {
+    let position = id + 1;
+    let bucket = (usize::BITS - 1 - position.leading_zeros()) as usize;
+    (bucket, position - (1 << bucket))
+}
+
+/// The first id bucket `bucket` covers.
+fn first_id(bucket: usize) -> usize {
+    (1usize << bucket) - 1
+}
+
+/// An unlinked bucket array, freed when dropped.
+pub(super) struct Array<T> {
+    base: NonNull<Slot<T>>,
+    len: usize,
+}
+
+impl<T> Array<T> {
+    /// Slots of this array from `offset` on.
+    fn slots_from(&self, offset: usize) -> impl Iterator<Item = &Slot<T>> {
+        // SAFETY: `base` points to `len` slots (see `Buckets::grow`), owned by this array.
+        (offset..self.len).map(move |index| unsafe { &*self.base.as_ptr().add(index) })
+    }
+}
+
+impl<T> Drop for Array<T> {
+    fn drop(&mut self) {
+        // SAFETY: `base` and `len` came from `Box::into_raw` of a boxed slice in `grow`,
+        // and the array was unlinked, so this is its only owner.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(self.base.as_ptr(), self.len)) });
+    }
+}
+
+// SAFETY: an unlinked array is owned by whoever holds it; moving it moves the slots' `T`s.
+unsafe impl<T: Send> Send for Array<T> {}
+
+/// The arrays a reader may visit: a snapshot of the linked buckets, taken while holding
+/// the gate (so none of them is unlinked before the reader lets go of it).
+pub(super) struct Linked<T> {
+    arrays: [(*mut Slot<T>, usize); BUCKETS],
+}
+
+impl<T> Linked<T> {
+    /// Every slot of the snapshot, lowest id first.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the gate the snapshot was taken under.
+    pub(super) unsafe fn slots(&self) -> impl Iterator<Item = &Slot<T>> + Clone {
+        self.arrays
+            .iter()
+            .filter(|(base, _)| !base.is_null())
+            .flat_map(|&(base, len)| {
+                // SAFETY: a linked array of `len` slots, not unlinked while the caller
+                // holds the gate (see the module docs).
+                (0..len).map(move |index| unsafe { &*base.add(index) })
+            })
+    }
+}
+
+/// What a trim took out: the values of slots at or above the high water, and the arrays
+/// wholly above it.
+pub(super) struct Detached<T> {
+    pub(super) values: Vec<T>,
+    pub(super) arrays: Vec<Array<T>>,
+}
+
+/// The bucket arrays.
+pub(super) struct Buckets<T> {
+    buckets: [AtomicPtr<Slot<T>>; BUCKETS],
+}
+
+impl<T> Buckets<T> {
+    pub(super) fn new() -> Self {
+        Buckets {
+            buckets: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+        }
+    }
+
+    /// The slot of `id`, linking its bucket if needed.
+    ///
+    /// # Safety
+    ///
+    /// The caller pins `id` (so its bucket is not unlinked while the reference lives).
+    #[inline]
+    pub(super) unsafe fn slot(&self, id: usize) -> &Slot<T> {
+        let (bucket, offset) = bucket_of(id);
+        let mut base = self.buckets[bucket].load(Ordering::Acquire);
+        if base.is_null() {
+            base = self.grow(bucket);
+        }
+        // SAFETY: bucket `b` holds `2^b` slots and `offset < 2^b`; it stays linked while
+        // the caller pins `id` (see the module docs).
+        unsafe { &*base.add(offset) }
+    }
+
+    /// The slot of `id` if its bucket is linked, without linking it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`slot`](Self::slot).
+    pub(super) unsafe fn linked_slot(&self, id: usize) -> Option<&Slot<T>> {
+        let (bucket, offset) = bucket_of(id);
+        let base = self.buckets[bucket].load(Ordering::Acquire);
+        // SAFETY: as in `slot`.
+        (!base.is_null()).then(|| unsafe { &*base.add(offset) })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&self, bucket: usize) -> *mut Slot<T> {
+        let slots: Box<[Slot<T>]> = (0..1usize << bucket).map(|_| Slot::empty()).collect();
+        let fresh = Box::into_raw(slots) as *mut Slot<T>;
+        match self.buckets[bucket].compare_exchange(
+            ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => fresh,
+            Err(winner) => {
+                // SAFETY: `fresh` came from `Box::into_raw` above with this length and was
+                // never published.
+                drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, 1 << bucket)) });
+                winner
+            }
+        }
+    }
+
+    /// The linked arrays, for a reader holding the gate.
+    pub(super) fn linked(&self) -> Linked<T> {
+        let mut arrays = [(ptr::null_mut(), 0); BUCKETS];
+        for (bucket, array) in arrays.iter_mut().enumerate() {
+            *array = (self.buckets[bucket].load(Ordering::Acquire), 1 << bucket);
+        }
+        Linked { arrays }
+    }
+
+    /// Takes the values of every slot at or above `high_water` and unlinks every array
+    /// wholly at or above it.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the space lock (no id at or above `high_water` is owned, and none
+    /// can be taken meanwhile) and the gate (no reader is inside the arrays).
+    pub(super) unsafe fn detach_above(&self, high_water: usize) -> Detached<T> {
+        let mut detached = Detached {
+            values: Vec::new(),
+            arrays: Vec::new(),
+        };
+        for bucket in 0..BUCKETS {
+            let base = self.buckets[bucket].load(Ordering::Acquire);
+            let Some(base) = NonNull::new(base) else {
+                continue;
+            };
+            let len = 1usize << bucket;
+            let first = first_id(bucket);
+            if first + len <= high_water {
+                continue;
+            }
+            let whole = first >= high_water;
+            if whole {
+                self.buckets[bucket].store(ptr::null_mut(), Ordering::Relaxed);
+            }
+            let array = Array { base, len };
+            for slot in array.slots_from(high_water.saturating_sub(first)) {
+                // SAFETY: the slot's id is at or above the high water: nobody owns it and
+                // no reader is inside (the caller's contract), so this is the only access.
+                if let Some(value) = slot.value.with_mut(|value| unsafe { (*value).take() }) {
+                    detached.values.push(value);
+                }
+            }
+            if whole {
+                detached.arrays.push(array);
+            } else {
+                // Still linked: not ours to free.
+                std::mem::forget(array);
+            }
+        }
+        detached
+    }
+}
+
+impl<T> Drop for Buckets<T> {
+    fn drop(&mut self) {
+        for bucket in 0..BUCKETS {
+            let base = self.buckets[bucket].swap(ptr::null_mut(), Ordering::Acquire);
+            if let Some(base) = NonNull::new(base) {
+                drop(Array {
+                    base,
+                    len: 1 << bucket,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_to_doubling_buckets() {
+        assert_eq!(bucket_of(0), (0, 0));
+        assert_eq!(bucket_of(1), (1, 0));
+        assert_eq!(bucket_of(2), (1, 1));
+        assert_eq!(bucket_of(3), (2, 0));
+        assert_eq!(bucket_of(6), (2, 3));
+        assert_eq!(bucket_of(7), (3, 0));
+        assert_eq!(first_id(3), 7);
+    }
+
+    #[test]
+    fn a_trim_unlinks_whole_arrays_above_the_high_water_only() {
+        let buckets: Buckets<u64> = Buckets::new();
+        for id in 0..64 {
+            // SAFETY: single-threaded test: nothing else reaches the buckets.
+            unsafe { buckets.slot(id) }
+                .value
+                .with_mut(|value| unsafe { *value = Some(id as u64) });
+        }
+        // SAFETY: as above.
+        let detached = unsafe { buckets.detach_above(5) };
+        let mut values = detached.values;
+        values.sort_unstable();
+        assert_eq!(values, (5..64).collect::<Vec<u64>>());
+        // Buckets 3.. (ids 7..127) are wholly above 5; bucket 2 (ids 3..6) is kept.
+        assert_eq!(detached.arrays.len(), 4);
+        let linked = buckets.linked();
+        // SAFETY: as above.
+        let kept: Vec<Option<u64>> = unsafe { linked.slots() }
+            .map(|slot| slot.value.with_mut(|value| unsafe { *value }))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![Some(0), Some(1), Some(2), Some(3), Some(4), None, None]
+        );
+    }
+}
