@@ -262,7 +262,7 @@ impl GateHold<'_> {
             gate: self.gate,
         };
         let gate = self.gate;
-        while let Some(slot) = pending.rest.next() {
+        for slot in pending.rest.by_ref() {
             let mut state = lock(&gate.state);
             while slot.borrowed.load(Ordering::Acquire) != 0 {
                 state = wait(&gate.changed, state);

@@ -435,7 +435,7 @@ impl Shared {
     /// Whether the scheduler shut down (or this is its copy in a forked child, where it
     /// runs nothing).
     pub(crate) fn is_shut_down(&self) -> bool {
-        self.lock_unless_forked().map_or(true, |core| core.shutdown)
+        self.lock_unless_forked().is_none_or(|core| core.shutdown)
     }
 
     /// Cancels every armed work and wakes every worker so it exits.
