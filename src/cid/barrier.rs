@@ -42,7 +42,10 @@ mod imp {
             )
         };
         let mode = if rc == 0 { EXPEDITED } else { FENCES };
-        MODE.store(mode, Ordering::Release);
+        // Decided once: a racing `init` that decided first wins (either answer is safe
+        // then: registration is per process), so the mode never changes once known and
+        // callers may remember `is_asymmetric` (see `light_asymmetric`).
+        let _ = MODE.compare_exchange(UNKNOWN, mode, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// The hot side's barrier: a compiler fence where membarrier works, else a fence.
@@ -53,6 +56,19 @@ mod imp {
         } else {
             fence(Ordering::SeqCst);
         }
+    }
+
+    /// [`light`] for a caller that saw [`asymmetric_light_ok`] after [`init`] (the mode
+    /// never changes then): a compiler fence, without reading the mode again.
+    #[inline(always)]
+    pub(crate) fn light_asymmetric() {
+        compiler_fence(Ordering::SeqCst);
+    }
+
+    /// Whether [`light_asymmetric`] may stand for [`light`]: [`is_asymmetric`]. Decided by
+    /// [`init`] and fixed from then on, so a caller may ask once and remember.
+    pub(crate) fn asymmetric_light_ok() -> bool {
+        is_asymmetric()
     }
 
     /// The rare side's barrier: after it returns, every other thread's memory operations
@@ -89,6 +105,15 @@ mod imp {
 
     pub(crate) fn light() {
         fence(Ordering::SeqCst);
+    }
+
+    pub(crate) fn light_asymmetric() {
+        fence(Ordering::SeqCst);
+    }
+
+    /// The models take the same fast path as real builds, with a `SeqCst` fence in it.
+    pub(crate) fn asymmetric_light_ok() -> bool {
+        true
     }
 
     pub(crate) fn heavy() {

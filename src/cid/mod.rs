@@ -20,8 +20,10 @@
 //!    held, so an idle space costs nothing.
 //! 6. [`PerCid`] slots above the high water are passed to `on_reclaim`, then dropped.
 //! 7. `enter()` on an id the thread already holds does no atomic read-modify-write: a
-//!    thread-local lookup, a relaxed store of its pin word, a compiler fence, and relaxed
-//!    loads of its id and of the space's `held` count.
+//!    thread-local lookup (two loads, compared with the space's address), a relaxed load
+//!    and store of its pin word (the store also counts the enter for the scan), a compiler
+//!    fence, and relaxed loads of its id and of the space's `held` count; the guard's drop
+//!    is a relaxed load and a release store of the pin word.
 //! 8. A guard keeps its id until it is dropped, also in a thread-local destroyed after
 //!    nicework's exit hook (a [`Cid<'static>`](Cid) of a leaked or static [`IdSpace`] can
 //!    be stored in any thread-local); nested `enter()` always returns the outer guard's id,
@@ -30,22 +32,28 @@
 //! # The pin protocol
 //!
 //! Each (thread, space) pair has a record: `cid` (the owned id or none), `own` (the id the
-//! thread last took; only the thread touches it), `pin` (the thread's guard nesting depth,
-//! written only by the thread) and `used` (a hint). Ids are owned in a bitmap under the
-//! space's lock.
+//! thread last took; only the thread touches it), `pin`, and `seen` (the scan's). `pin` is
+//! one word written only by the thread, with plain stores (a load, then a store): its low
+//! half (`PINS`) holds the guard nesting depth and the `ORPHANED` flag (see below), so the
+//! record is pinned while it is not zero; its high half counts the thread's first-level
+//! enters. The scan only reads it: a thread whose count did not move since the scan's
+//! previous look (kept in `seen`) has not entered since (a hint). Ids are owned in a
+//! bitmap under the space's lock.
 //!
 //! ```text
 //!  thread (enter, fast path)            reclaimer (scan, under the space lock)
 //!  ─────────────────────────            ──────────────────────────────────────
-//!  pin := 1                  (P)        cid := NONE                          (R)
-//!  light barrier                        heavy barrier  (membarrier)
-//!  c := cid                  (L)        if pin == 0 { free(c) } else { cid := c }  (C)
-//!  if c < held: use c
+//!  p := pin                             p := pin; moved := count(p) != seen
+//!  if pinned(p): nested (N)             seen := count(p)
+//!  pin := p + ENTER + PIN_ONE  (P)      if !moved and !pinned(p):  (idle)
+//!  light barrier                          cid := NONE                        (R)
+//!  c := cid                  (L)          heavy barrier  (membarrier)
+//!  if c < held: use c                     if pinned(pin) { cid := c } else { free(c) }  (C)
 //!  else: slow path (takes the lock; a new id goes to `cid` and `own`)
 //!  ...
-//!  nested enter: pin += 1, use own  (N)
+//!  nested enter: pin += PIN_ONE, use own  (N)
 //!  ...
-//!  pin := 0  (release)       (U)
+//!  pin := pin - PIN_ONE  (release)  (U)
 //! ```
 //!
 //! The heavy barrier (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`) makes every thread
@@ -58,6 +66,11 @@
 //! the pin cleared. The light barrier is a compiler fence where membarrier is registered,
 //! and a `SeqCst` fence where it is not; loom builds use `SeqCst` fences on both sides,
 //! and `loom-tests/tests/cid.rs` checks the protocol in every interleaving.
+//!
+//! The fast path tells the barrier mode apart without reading it: the thread-local cache
+//! keys a record by its space's address, with the low bit set where membarrier is not
+//! registered, so there the cache misses and the out-of-line path uses the fence (the mode
+//! is decided once, when the first space is built, and never changes).
 //!
 //! Between R and C, `cid` reads `NONE` even for a thread that is pinned on `c` and will
 //! get it back, so a nested `enter()` (N) does not read `cid`: it returns `own`. Only the
@@ -80,22 +93,23 @@
 //! ```text
 //!  exit hook (registry destructor)            guard drop (any time, also later)
 //!  ───────────────────────────────            ─────────────────────────────────
-//!  for each record:                           d := pin - 1
-//!    if pin == 0: release id, free record     pin := d                  (release)
-//!    else: pin := pin | ORPHANED              if d == ORPHANED:  (cold, the last guard)
+//!  for each record:                           d := pin - PIN_ONE
+//!    if !pinned: release id, free record      pin := d                  (release)
+//!    else: pin := pin | ORPHANED              if d's low half == ORPHANED:  (cold, last)
 //!          move record to ORPHANS               take record out of ORPHANS
 //!                                               release id (under the lock), free record
 //! ```
 //!
 //! `pin` is written only by its thread, so the orphan bit costs the guard drop one
-//! compare, and `enter()` nothing. `ORPHANS` is a thread-local without a destructor, so
-//! it can be used for the whole teardown: a nested `enter()` made after the hook ran (the
-//! registry is gone) finds the orphaned record there and, `pin` being above zero, takes
-//! the nested path and returns `own`. An orphan's `pin` never reads zero, so the scan never
-//! revokes its id; the thread's id is released by the last guard's drop, still before
-//! `join()` returns. An `enter()` for a space without an orphaned record takes a transient
-//! id for that guard alone. A guard that is leaked (`mem::forget`) keeps its id, and after
-//! the thread exits its record, forever.
+//! compare, and `enter()` nothing. `ORPHANS` is a thread-local without a destructor, so it
+//! can be used for the whole teardown: a nested `enter()` made after the hook ran (the
+//! registry is gone) finds the orphaned record there and, the record being pinned, takes
+//! the nested path and returns `own`. An orphan's `pin` is never unpinned (its low half
+//! keeps `ORPHANED`), so the scan never revokes its id; the
+//! thread's id is released by the last guard's drop, still before `join()` returns. An
+//! `enter()` for a space without an orphaned record takes a transient id for that guard
+//! alone. A guard that is leaked (`mem::forget`) keeps its id, and after the thread exits
+//! its record, forever.
 
 mod barrier;
 mod ids;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
-use super::thread::{self, ThreadRec, NO_ID, ORPHANED};
+use super::thread::{self, ThreadRec, ENTERED_ONE, NO_ID, ORPHANED, PINS, PIN_ONE};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
 
@@ -164,9 +164,10 @@ impl SpaceInner {
     }
 
     /// The slow path of `enter()`: the thread owns no id, or one that is not below the
-    /// number of ids held. Called with `pin == 1`. Every new id goes to `own` as well as to
-    /// `cid` (see `ThreadRec::own`).
+    /// number of ids held. Called pinned, by a first-level `enter()`. Every new id goes to
+    /// `own` as well as to `cid` (see `ThreadRec::own`).
     #[cold]
+    #[inline(never)]
     fn acquire(&self, record: &ThreadRec) -> usize {
         if self.in_forked_child() {
             let current = record.cid.load(Ordering::Relaxed);
@@ -206,9 +207,7 @@ impl SpaceInner {
         let threads = std::mem::take(&mut state.threads);
         for record in &threads {
             let id = record.cid.load(Ordering::Relaxed);
-            let used = record.used.load(Ordering::Relaxed) != 0;
-            record.used.store(0, Ordering::Relaxed);
-            if id != NO_ID && !used && record.pin.load(Ordering::Relaxed) == 0 {
+            if thread::take_idle(record) && id != NO_ID {
                 // Step 1 of the protocol: revoke, then make both sides' stores visible.
                 record.cid.store(NO_ID, Ordering::Relaxed);
                 revoked.push((record, id));
@@ -217,7 +216,7 @@ impl SpaceInner {
         if !revoked.is_empty() {
             barrier::heavy();
             for (record, id) in revoked {
-                if record.pin.load(Ordering::Acquire) == 0 {
+                if !thread::pinned(record.pin.load(Ordering::Acquire)) {
                     // Not pinned after the barrier: its next enter() sees NO_ID.
                     state.ids.release(id);
                 } else {
@@ -253,29 +252,57 @@ impl SpaceInner {
         self.high_water.load(Ordering::Relaxed)
     }
 
-    /// Pins the calling thread's id.
+    /// Pins the calling thread's id. The fast path: the thread's cached record, where the
+    /// light barrier is a compiler fence (see `thread::cached_fast`).
     #[inline]
     pub(crate) fn enter(self: &Arc<Self>) -> Cid<'_> {
-        let Some(pointer) = thread::record(self) else {
-            return self.enter_transient();
+        // The parts, not a `Cid`, come back from the cold path: two words return in
+        // registers, so the fast path builds the guard in registers too.
+        let (record, id) = match thread::cached_fast(self) {
+            Some(pointer) => self.enter_on(pointer, barrier::light_asymmetric),
+            None => self.enter_looked_up(),
         };
-        // SAFETY: `record` returns the calling thread's own record for this space, and
-        // only this thread frees it: its exit hook if no guard pins it (then `record`
-        // stops finding it: the registry is gone and the cache cleared), else the drop of
-        // its last guard (which takes it out of the orphan list `record` searches), or the
-        // registry's pruning once this space is gone (it is alive here, and serials are
-        // never reused). None of these runs during this call, which calls no user code.
-        let record = unsafe { pointer.as_ref() };
-        let depth = record.pin.load(Ordering::Relaxed);
-        if depth > 0 {
-            record.pin.store(depth + 1, Ordering::Relaxed);
-            // Not `cid`: a scan may have revoked it for the moment (see `ThreadRec::own`).
-            return Cid::new(self, Some(pointer), record.own.load(Ordering::Relaxed));
+        Cid::new(self, record, id)
+    }
+
+    /// `enter()` off the fast path: the record is not the cached one, or the light
+    /// barrier must read the barrier mode (a fence where membarrier is not registered).
+    #[cold]
+    #[inline(never)]
+    fn enter_looked_up(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
+        match thread::record(self) {
+            Some(pointer) => self.enter_on(pointer, barrier::light),
+            None => self.enter_transient(),
         }
-        record.pin.store(1, Ordering::Relaxed);
+    }
+
+    /// Pins the id of `pointer`, the calling thread's record; `light` is the light barrier.
+    /// Returns the guard's record and id.
+    #[inline(always)]
+    fn enter_on(
+        &self,
+        pointer: NonNull<ThreadRec>,
+        light: fn(),
+    ) -> (Option<NonNull<ThreadRec>>, usize) {
+        // SAFETY: `pointer` is the calling thread's own record for this space
+        // (`cached_fast` and `record` return no other: see `thread::key`), and only this
+        // thread frees it: its exit hook if no guard pins it (then neither finds it: the
+        // registry is gone and the cache cleared), else the drop of its last guard (which
+        // takes it out of the orphan list `record` searches), or the registry's pruning
+        // once this space is gone (it is alive here). None of these runs during this call,
+        // which calls no user code.
+        let record = unsafe { pointer.as_ref() };
+        let pin = record.pin.load(Ordering::Relaxed);
+        if thread::pinned(pin) {
+            return (Some(pointer), enter_nested(record, pin));
+        }
+        // One plain store pins the record and counts the enter for the scan.
+        record
+            .pin
+            .store(pin.wrapping_add(ENTERED_ONE + PIN_ONE), Ordering::Relaxed);
         // Orders the pin before reading the id; the reclaimer's heavy barrier pays for
         // the store→load order (see the module docs).
-        barrier::light();
+        light();
         let id = record.cid.load(Ordering::Relaxed);
         let id = if id < self.held.load(Ordering::Relaxed) {
             debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
@@ -283,8 +310,7 @@ impl SpaceInner {
         } else {
             self.acquire(record)
         };
-        thread::mark_used(record);
-        Cid::new(self, Some(pointer), id)
+        (Some(pointer), id)
     }
 
     /// The drop of an orphaned record's last guard (see `Registry::drop`): the id is free
@@ -297,25 +323,39 @@ impl SpaceInner {
         }
     }
 
+    /// The drop of a guard with an id just for itself (see `enter_transient`).
+    #[cold]
+    #[inline(never)]
+    fn release_transient(&self, id: usize) {
+        if self.in_forked_child() {
+            // Ids are not reused in a forked child (see `in_forked_child`).
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.ids.release(id);
+        self.publish(&state);
+    }
+
     /// A guard for a thread whose locals are being torn down and that holds no record for
     /// this space: a late orphan record (see `thread::late_orphan`), so that nested
     /// `enter()`s return the same id; failing that, an id just for this guard.
     #[cold]
-    fn enter_transient(self: &Arc<Self>) -> Cid<'_> {
+    #[inline(never)]
+    fn enter_transient(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
         if self.in_forked_child() {
-            return Cid::new(self, None, self.child_id());
+            return (None, self.child_id());
         }
         if let Some(pointer) = thread::late_orphan(self) {
             // SAFETY: the record was just made and is owned by this thread's orphan list,
             // which only the drop of its last guard (the one returned here) empties.
             let record = unsafe { pointer.as_ref() };
             let id = self.acquire(record);
-            return Cid::new(self, Some(pointer), id);
+            return (Some(pointer), id);
         }
         let mut state = lock(&self.state);
         let id = state.ids.take_lowest();
         self.publish(&state);
-        Cid::new(self, None, id)
+        (None, id)
     }
 }
 
@@ -327,6 +367,18 @@ fn shrink<T>(list: &mut Vec<T>) {
     if list.capacity() >= 4 * floor {
         list.shrink_to(floor);
     }
+}
+
+/// A nested `enter()` on `record`, whose `pin` reads `pin` (pinned): one more guard, and
+/// the outer guard's id. Out of line (and cold only to keep it out of the way): the
+/// first-level enter, the one that must be fast, then falls through without a taken branch.
+#[cold]
+#[inline(never)]
+fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
+    assert!(pin & PINS <= PINS - PIN_ONE, "too many nested Cid guards");
+    record.pin.store(pin + PIN_ONE, Ordering::Relaxed);
+    // Not `cid`: a scan may have revoked it for the moment (see `ThreadRec::own`).
+    record.own.load(Ordering::Relaxed)
 }
 
 /// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
@@ -562,20 +614,15 @@ impl Drop for Cid<'_> {
                 // is `!Send`, so this runs on the record's thread, the only one that
                 // writes `pin`.
                 let pin = unsafe { &record.as_ref().pin };
-                let depth = pin.load(Ordering::Relaxed) - 1;
+                let left = pin.load(Ordering::Relaxed) - PIN_ONE;
                 // Release: what the holder wrote under this id happens-before a reclaimer
                 // that sees the pin cleared.
-                pin.store(depth, Ordering::Release);
-                if depth == ORPHANED {
+                pin.store(left, Ordering::Release);
+                if left & PINS == ORPHANED {
                     self.space.release_orphan(record);
                 }
             }
-            None if self.space.in_forked_child() => {}
-            None => {
-                let mut state = lock(&self.space.state);
-                state.ids.release(self.id);
-                self.space.publish(&state);
-            }
+            None => self.space.release_transient(self.id),
         }
     }
 }

@@ -6,21 +6,43 @@ use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Weak};
 
+use super::barrier;
 use super::space::SpaceInner;
 use crate::sync::{thread_local, AtomicUsize, Ordering};
 
 /// `ThreadRec::cid` when the thread owns no id.
 pub(crate) const NO_ID: usize = usize::MAX;
 
-/// Set in `ThreadRec::pin` by the thread's exit hook when guards still pin the record (they
-/// live in thread-locals destroyed after the hook). The low bits stay the nesting depth, so
-/// the record stays pinned for the scan, and the drop of the last guard, which leaves
-/// exactly `ORPHANED`, releases the id and frees the record. Depths never come near it.
-pub(crate) const ORPHANED: usize = 1 << (usize::BITS - 1);
+// `ThreadRec::pin`, one word that only its thread writes, with plain stores (a load, then a
+// store): the low half is the guard nesting depth (in `PIN_ONE`s) and the `ORPHANED` flag,
+// the high half counts the thread's first-level `enter()`s (wrapping), so the scan can tell
+// whether the thread entered since it last looked without writing the word.
 
-/// One thread's membership of one space. Written by its thread (`pin`, `own`, `used`, and
-/// `cid` only under the space lock) and by the space's reclaimer (`cid`, `used`, under the
-/// lock).
+/// Set in `ThreadRec::pin` by the thread's exit hook when guards still pin the record (they
+/// live in thread-locals destroyed after the hook). The depth bits stay the nesting depth,
+/// so the record stays pinned for the scan, and the drop of the last guard, which leaves
+/// exactly `ORPHANED` in the low half, releases the id and frees the record.
+pub(crate) const ORPHANED: usize = 1;
+
+/// One guard in `ThreadRec::pin`'s depth bits.
+pub(crate) const PIN_ONE: usize = 2;
+
+/// `ThreadRec::pin`'s low half: `ORPHANED` and the depth. Nesting that would carry out of
+/// it panics (`enter_nested`), as `Rc` aborts on a count overflow.
+pub(crate) const PINS: usize = (1 << (usize::BITS / 2)) - 1;
+
+/// One first-level `enter()` in `ThreadRec::pin`'s high half.
+pub(crate) const ENTERED_ONE: usize = PINS + 1;
+
+/// Whether a `pin` value pins the record: a live guard, or an orphan (whose last guard's
+/// drop frees the record, so it never reads unpinned to the scan).
+#[inline]
+pub(crate) fn pinned(pin: usize) -> bool {
+    pin & PINS != 0
+}
+
+/// One thread's membership of one space. Written by its thread (`pin`, `own`, and `cid` only
+/// under the space lock) and by the space's reclaimer (`cid` and `seen`, under the lock).
 #[derive(Debug)]
 pub(crate) struct ThreadRec {
     /// A: the id this thread owns, or `NO_ID`. Written by its thread under the space lock
@@ -33,12 +55,14 @@ pub(crate) struct ThreadRec {
     /// thread is pinned, `own` is its outermost guard's id, and a nested `enter()` returns
     /// it: `cid` may read `NO_ID` then, between a scan's revoke and its give-back.
     pub(crate) own: AtomicUsize,
-    /// A: live guards on this thread (nesting depth), plus `ORPHANED` once the thread's
-    /// exit hook ran; only the thread writes it, the scan reads it.
+    /// A: live guards on this thread (nesting depth, in `PIN_ONE`s), plus `ORPHANED` once
+    /// the thread's exit hook ran, in the low half (`PINS`); the number of first-level
+    /// `enter()`s in the high half (`ENTERED_ONE`s, wrapping). Only the thread writes it,
+    /// with plain stores (a load, then a store); the scan reads it.
     pub(crate) pin: AtomicUsize,
-    /// A: entered since the last scan (1) or not (0); set by the thread, cleared by the
-    /// scan; a heuristic for the reclaimer only.
-    pub(crate) used: AtomicUsize,
+    /// S (only the scan, under the lock): `pin`'s high half when the scan last looked; the
+    /// thread entered since then if it moved (a heuristic for the reclaimer only).
+    pub(crate) seen: AtomicUsize,
     /// I: the space this record belongs to.
     pub(crate) space: Weak<SpaceInner>,
 }
@@ -49,7 +73,7 @@ impl ThreadRec {
             cid: AtomicUsize::new(NO_ID),
             own: AtomicUsize::new(NO_ID),
             pin: AtomicUsize::new(0),
-            used: AtomicUsize::new(0),
+            seen: AtomicUsize::new(0),
             space,
         }
     }
@@ -85,8 +109,8 @@ fn exit_hook(records: &mut Records) {
     let mut orphans = Records::new();
     for (serial, record) in records.drain(..) {
         let pin = record.pin.load(Ordering::Relaxed);
-        if pin != 0 {
-            // Relaxed: only this thread reads the bit; the scan only asks `pin != 0`.
+        if pinned(pin) {
+            // Relaxed: only this thread reads the bit; the scan only asks `pinned`.
             record.pin.store(pin | ORPHANED, Ordering::Relaxed);
             orphans.push((serial, record));
         } else if let Some(space) = record.space.upgrade() {
@@ -109,11 +133,13 @@ thread_local! {
     };
 }
 
-// The fast path's one-entry cache: the last record looked up (its space serial and a
-// pointer kept alive by `REGISTRY`). It has no destructor, so std can make it a plain
-// `#[thread_local]` access with no lazy-initialisation check; `Registry::drop` clears it.
-// Empty, it holds `NO_RECORD`: serial 0 is never a space's, so its dangling pointer is
-// never returned, and a hit needs no null check.
+// The fast path's one-entry cache: the last record looked up (its space's `key` and a
+// pointer kept alive by `REGISTRY`: the record that `lookup_or_register` sets it to is
+// pruned from there only by a later `lookup_or_register`, which sets it again). It has no
+// destructor, so std can make it a plain `#[thread_local]` access with no
+// lazy-initialisation check; `Registry::drop` clears it. Empty, it holds `NO_RECORD`: no
+// space is at address 0, so its dangling pointer is never returned, and a hit needs no
+// null check.
 //
 // `ORPHANS`: the records that the exit hook could not release because guards still pin
 // them (a `Box<Records>` from `Box::into_raw`, or null). No destructor either, so it stays
@@ -121,7 +147,7 @@ thread_local! {
 // the last orphan's last guard frees it.
 #[cfg(not(all(loom, feature = "loom")))]
 thread_local! {
-    static LAST: Cell<(u64, NonNull<ThreadRec>)> = const { Cell::new(NO_RECORD) };
+    static LAST: Cell<(usize, NonNull<ThreadRec>)> = const { Cell::new(NO_RECORD) };
     static ORPHANS: Cell<*mut Records> = const { Cell::new(ptr::null_mut()) };
 }
 
@@ -133,7 +159,7 @@ thread_local! {
 #[cfg(all(loom, feature = "loom"))]
 thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
-    static LAST: Cell<(u64, NonNull<ThreadRec>)> = Cell::new(NO_RECORD);
+    static LAST: Cell<(usize, NonNull<ThreadRec>)> = Cell::new(NO_RECORD);
     #[allow(clippy::missing_const_for_thread_local)]
     static ORPHANS: Cell<*mut Records> = Cell::new(ptr::null_mut());
 }
@@ -157,24 +183,50 @@ pub(crate) fn run_exit_hook_now() {
 }
 
 /// `LAST` when empty.
-const NO_RECORD: (u64, NonNull<ThreadRec>) = (0, NonNull::dangling());
+const NO_RECORD: (usize, NonNull<ThreadRec>) = (0, NonNull::dangling());
 
 /// The calling thread's record for `space`, registering it on first use; after the
 /// thread's exit hook ran, the orphaned record if a guard still pins one. `None` while the
 /// thread's locals are being destroyed and it has no pinned record for `space`.
 #[inline]
 pub(crate) fn record(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
+    cached(key(space)).or_else(|| find_or_register(space))
+}
+
+/// `enter()`'s fast lookup: the cached record if it is `space`'s and was cached where the
+/// fast path's light barrier is a compiler fence (see `key`), else `None`. Two
+/// thread-local loads and a compare with an address the caller has in a register.
+#[inline(always)]
+pub(crate) fn cached_fast(space: &SpaceInner) -> Option<NonNull<ThreadRec>> {
+    cached(address(space))
+}
+
+fn address(space: &SpaceInner) -> usize {
+    space as *const SpaceInner as usize
+}
+
+/// The key `LAST` caches `space`'s record under: the space's address, which no other space
+/// can have while the record lives (the record's `Weak` keeps the allocation), and `LAST`'s
+/// record always lives. Bit 0 (an `Arc`'s contents are aligned) is set where membarrier is
+/// not registered, so that `cached_fast` misses and `enter()` takes the path whose light
+/// barrier reads the barrier mode (which never changes once a space exists).
+fn key(space: &SpaceInner) -> usize {
+    address(space) | usize::from(!barrier::asymmetric_light_ok())
+}
+
+/// The cached record (the last one looked up) if `key` is its key, else `None`.
+#[inline(always)]
+fn cached(key: usize) -> Option<NonNull<ThreadRec>> {
     // `try_with`: loom's mock of this const thread-local can be destroyed; std's cannot,
     // and there this compiles to the plain access.
-    if let Ok((serial, last)) = LAST.try_with(Cell::get) {
-        if serial == space.serial {
-            return Some(last);
-        }
+    match LAST.try_with(Cell::get) {
+        Ok((cached, last)) if cached == key => Some(last),
+        _ => None,
     }
-    find_or_register(space)
 }
 
 #[cold]
+#[inline(never)]
 fn find_or_register(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
     #[cfg(all(loom, feature = "loom"))]
     if EXITED.with(Cell::get) {
@@ -209,7 +261,7 @@ fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> NonNull<T
             pointer
         }
     };
-    LAST.with(|last| last.set((space.serial, record)));
+    LAST.with(|last| last.set((key(space), record)));
     record
 }
 
@@ -242,7 +294,7 @@ fn with_orphans<R>(f: impl FnOnce(&mut Records) -> R) -> Option<R> {
 /// `None` if the orphan list is unreachable (see `ORPHANS`).
 pub(crate) fn late_orphan(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
     let record = Arc::new(ThreadRec::new(Arc::downgrade(space)));
-    record.pin.store(ORPHANED | 1, Ordering::Relaxed);
+    record.pin.store(ORPHANED | PIN_ONE, Ordering::Relaxed);
     let pointer = NonNull::from(&*record);
     let kept = record.clone();
     with_orphans(move |orphans| orphans.push((space.serial, kept)))?;
@@ -262,28 +314,33 @@ pub(crate) fn take_orphan(record: NonNull<ThreadRec>) -> Option<Arc<ThreadRec>> 
     .flatten()
 }
 
-/// Marks `record` as used since the last scan, without a read-modify-write.
-#[inline]
-pub(crate) fn mark_used(record: &ThreadRec) {
-    if record.used.load(Ordering::Relaxed) == 0 {
-        record.used.store(1, Ordering::Relaxed);
-    }
+/// The scan's look at `record`: whether it is idle, neither entered since the scan's
+/// previous look nor pinned. Reads `pin` only: the thread stays its only writer. (A "used"
+/// bit in `pin` that the enter sets and the scan clears with a compare-exchange would make
+/// the scan a second writer; the loom models then find the scan's check C reading the
+/// cleared value past the thread's newer pin, which loom's partial modification order
+/// allows. The count keeps the protocol's one-writer argument as it was.)
+pub(crate) fn take_idle(record: &ThreadRec) -> bool {
+    let pin = record.pin.load(Ordering::Relaxed);
+    let entered = pin & !PINS;
+    let seen = record.seen.load(Ordering::Relaxed);
+    record.seen.store(entered, Ordering::Relaxed);
+    entered == seen && !pinned(pin)
 }
 
 /// The id the calling thread pins in `space` (its outermost guard's), if any; never
 /// registers a record.
 pub(crate) fn pinned_id(space: &Arc<SpaceInner>) -> Option<usize> {
-    let record = match LAST.try_with(Cell::get) {
-        Ok((serial, last)) if serial == space.serial => Some(last),
-        _ => REGISTRY
+    let record = cached(key(space)).or_else(|| {
+        REGISTRY
             .try_with(|registry| find(&registry.records.borrow(), space.serial))
             .ok()
             .flatten()
-            .or_else(|| with_orphans(|orphans| find(orphans, space.serial)).flatten()),
-    }?;
+            .or_else(|| with_orphans(|orphans| find(orphans, space.serial)).flatten())
+    })?;
     // SAFETY: the calling thread's own record, alive while it is in its registry or
     // orphan list, which only this thread changes, and not during this call.
     let record = unsafe { record.as_ref() };
-    (record.pin.load(Ordering::Relaxed) & !ORPHANED != 0)
+    (record.pin.load(Ordering::Relaxed) & PINS & !ORPHANED != 0)
         .then(|| record.own.load(Ordering::Relaxed))
 }
