@@ -66,7 +66,11 @@ fn for_each_never_sees_a_slot_its_owner_is_writing() {
         });
     });
     assert!(visits.load(Ordering::Relaxed) >= 2_000);
-    assert_eq!(torn.load(Ordering::Relaxed), 0, "a visit overlapped a `with`");
+    assert_eq!(
+        torn.load(Ordering::Relaxed),
+        0,
+        "a visit overlapped a `with`"
+    );
 }
 
 /// Live plus folded equals every increment: owners on threads that come and go, a reader
@@ -74,7 +78,11 @@ fn for_each_never_sees_a_slot_its_owner_is_writing() {
 #[test]
 fn live_plus_folded_is_every_increment_while_threads_come_and_go() {
     let sched = Scheduler::new().unwrap();
-    let ids = Arc::new(IdSpace::builder().scan_period(MIN_SCAN_PERIOD).build(&sched));
+    let ids = Arc::new(
+        IdSpace::builder()
+            .scan_period(MIN_SCAN_PERIOD)
+            .build(&sched),
+    );
     let folded = Arc::new(AtomicU64::new(0));
     let reclaims = Arc::new(AtomicUsize::new(0));
     let counters = Arc::new(PerCid::with_reclaim(&ids, || AtomicU64::new(0), {
@@ -170,7 +178,11 @@ fn a_trimmed_slot_is_reclaimed_once_and_never_visited_again() {
     assert_eq!((reclaimed.len(), unique.len()), (6, 6), "each once");
     let mut after = Vec::new();
     tokens.for_each(|token| after.push(*token));
-    assert_eq!(after, vec![before[0]], "only the main thread's slot is left");
+    assert_eq!(
+        after,
+        vec![before[0]],
+        "only the main thread's slot is left"
+    );
     assert!(after.iter().all(|token| !unique.contains(token)));
 }
 
@@ -262,7 +274,10 @@ fn for_each_inside_on_reclaim_panics_and_the_trim_goes_on() {
         counters.on_reclaim(move |_| {
             let counters = weak.upgrade().unwrap();
             let result = catch_unwind(AssertUnwindSafe(|| counters.for_each(|_| ())));
-            messages.lock().unwrap().push(panic_text(result.unwrap_err()));
+            messages
+                .lock()
+                .unwrap()
+                .push(panic_text(result.unwrap_err()));
         });
     }
     for _ in 0..2 {
@@ -314,7 +329,11 @@ fn a_panicking_visit_releases_the_owner_waiting_for_it() {
 #[test]
 fn a_reader_in_a_loop_does_not_starve_the_trim() {
     let sched = Scheduler::new().unwrap();
-    let ids = Arc::new(IdSpace::builder().scan_period(MIN_SCAN_PERIOD).build(&sched));
+    let ids = Arc::new(
+        IdSpace::builder()
+            .scan_period(MIN_SCAN_PERIOD)
+            .build(&sched),
+    );
     let counters: Arc<PerCid<AtomicU64>> = Arc::new(PerCid::new(&ids, || AtomicU64::new(0)));
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
@@ -342,9 +361,7 @@ fn a_reader_in_a_loop_does_not_starve_the_trim() {
 #[test]
 fn a_zero_scan_period_is_raised_to_the_minimum() {
     let sched = Scheduler::manual();
-    let ids = IdSpace::builder()
-        .scan_period(Duration::ZERO)
-        .build(&sched);
+    let ids = IdSpace::builder().scan_period(Duration::ZERO).build(&sched);
     let _cid = ids.enter();
     sched.advance(Duration::from_millis(500));
     let runs = ids.compaction_stats().runs;
@@ -380,7 +397,11 @@ fn without_a_scheduler_slots_are_trimmed_at_thread_exit() {
         for thread in threads {
             thread.join().unwrap();
         }
-        assert_eq!(counters.live(), 0, "round {round}: slots left after every exit");
+        assert_eq!(
+            counters.live(),
+            0,
+            "round {round}: slots left after every exit"
+        );
     }
     assert_eq!(folded.load(Ordering::SeqCst), 8 * (0..20).sum::<u64>());
 }

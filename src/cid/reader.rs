@@ -81,17 +81,23 @@ pub(super) const VISITING: u32 = 2;
 thread_local! {
     // loom's thread_local! has no `const { }` form, and this must build with both.
     #[allow(clippy::missing_const_for_thread_local)]
-    static THREAD_TAG: u8 = 0;
+    static THREAD_TAG: std::cell::Cell<usize> = std::cell::Cell::new(0);
 }
 
-/// A number no other live thread has: the address of a thread-local of this thread.
+/// A number no other thread has (0 and 1 are never given out): drawn from a counter at
+/// the thread's first reader-protocol call. Only cold paths ask for it. A std atomic: it
+/// is not part of any modelled protocol, and loom's thread-local addresses can repeat.
 fn thread_tag() -> usize {
-    // `try_with`: loom destroys its mock thread-locals; std's const local with no
-    // destructor is never destroyed. A tag of 1 is never an address of a `u8` local that
-    // another thread could also produce... except another thread in the same teardown,
-    // which is only possible under loom.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(2);
     THREAD_TAG
-        .try_with(|tag| tag as *const u8 as usize)
+        .try_with(|tag| {
+            if tag.get() == 0 {
+                tag.set(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            }
+            tag.get()
+        })
+        // Only loom destroys this local (std's has no destructor); such a late caller
+        // gets a tag no reader holds.
         .unwrap_or(1)
 }
 

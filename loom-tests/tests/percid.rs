@@ -1,0 +1,137 @@
+#![cfg(loom)]
+//! Loom models of `PerCid`'s reader protocol (src/cid/reader.rs): a reader's `for_each`
+//! against an owner's `with` against a trim by the compaction scan. The slot's value is a
+//! loom cell, so a visit that overlaps an owner's `&mut`, or a trim that takes a value a
+//! reader or an owner is using, is reported by loom as a causality violation; the counts
+//! check that every increment is either live or folded by `on_reclaim`, exactly once.
+//!
+//! Loom does not run a spawned thread's thread-local destructors before `join` returns,
+//! so threads that "went away" keep their ids until the scan revokes them as idle, which
+//! is what makes their slots trimmable here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::thread;
+use nicework::{IdSpace, PerCid, Scheduler};
+
+const SCAN: Duration = Duration::from_millis(100);
+
+/// A count the owner writes through `&mut` and the reader reads through `&`.
+struct Count(UnsafeCell<u64>);
+
+// SAFETY: shared access only reads (`get`); writes need `&mut` (`add`), which `PerCid`
+// hands out exclusively. This is the property the models check.
+unsafe impl Sync for Count {}
+
+impl Count {
+    fn add(&mut self) {
+        // SAFETY: `&mut self` (loom checks the claim).
+        self.0.with_mut(|count| unsafe { *count += 1 });
+    }
+
+    fn get(&self) -> u64 {
+        // SAFETY: a shared read (loom checks it against writers).
+        self.0.with(|count| unsafe { *count })
+    }
+}
+
+fn counters(ids: &IdSpace, folded: &Arc<AtomicU64>) -> Arc<PerCid<Count>> {
+    let folded = folded.clone();
+    Arc::new(PerCid::with_reclaim(
+        ids,
+        || Count(UnsafeCell::new(0)),
+        move |count: &mut Count| {
+            folded.fetch_add(count.get(), Ordering::SeqCst);
+        },
+    ))
+}
+
+fn count_once(counters: &Arc<PerCid<Count>>) -> thread::JoinHandle<()> {
+    let counters = counters.clone();
+    thread::spawn(move || counters.with(Count::add))
+}
+
+fn sum(counters: &PerCid<Count>) -> u64 {
+    let mut sum = 0;
+    counters.for_each(|count| sum += count.get());
+    sum
+}
+
+/// Two threads counted once each and went idle (ids 0 and 1). Then, at once: an owner
+/// counts (on a new id, or on a revoked one), a reader sums, and the second scan revokes
+/// the idle ids and trims what is above the high water. Whatever the order, the reader
+/// never overlaps a writer or a trim, and live plus folded is 3 at the end.
+#[test]
+fn reader_against_owner_against_trim() {
+    // Two scans and five threads take more steps than loom's default bound of 1,000.
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        count_once(&counters).join().unwrap();
+        count_once(&counters).join().unwrap();
+        // The first scan notes that both entered; the second may revoke both.
+        sched.advance(SCAN);
+        let owner = count_once(&counters);
+        let settled = Arc::new(AtomicU64::new(0));
+        let reader = {
+            let (counters, settled) = (counters.clone(), settled.clone());
+            // Loom allows four spawned threads, and the main thread must not enter (loom
+            // runs its thread-local destructors after the execution ends), so the reader
+            // also takes the final sum.
+            thread::spawn(move || {
+                let during = sum(&counters);
+                while settled.load(Ordering::SeqCst) == 0 {
+                    thread::park();
+                }
+                (during, sum(&counters))
+            })
+        };
+        sched.advance(SCAN);
+        owner.join().unwrap();
+        settled.store(1, Ordering::SeqCst);
+        reader.thread().unpark();
+        let (during, live) = reader.join().unwrap();
+        assert!(during <= 3, "the reader saw {during} of 3 increments");
+        assert_eq!(live + folded.load(Ordering::SeqCst), 3);
+    });
+}
+
+/// An owner counting twice while a reader sums: the owner's second `with` may find its
+/// slot flagged and wait for the visit (L), or the reader may wait for the first `with`
+/// (W). No wakeup is lost (loom reports a deadlock otherwise) and the reader sees 0, 1 or
+/// 2, never a torn value.
+#[test]
+fn owner_backs_off_for_a_flagged_slot() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        let owner = {
+            let counters = counters.clone();
+            thread::spawn(move || {
+                counters.with(Count::add);
+                counters.with(Count::add);
+            })
+        };
+        let reader = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        owner.join().unwrap();
+        assert!(reader.join().unwrap() <= 2);
+        let reader = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(reader.join().unwrap(), 2);
+        assert_eq!(folded.load(Ordering::SeqCst), 0);
+    });
+}
