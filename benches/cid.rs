@@ -7,15 +7,33 @@
 //!   the thread pointer, field offset 24, one relaxed load): the physical limit.
 //! - One compaction scan over 1,024 thread records: the cheap pass (every thread active)
 //!   and the revoking pass (every thread idle: one membarrier, 1,024 ids freed).
+//! - Heap after 64 threads shrink to 4: an `IdSpace` plus a `PerCid<[u64; 4]>` against a
+//!   fresh pair used by 4 threads, and `thread_local::ThreadLocal` doing the same job
+//!   (counted by a counting allocator: bytes, not time).
+//! - Summing 4 per-thread counters from another thread: `PerCid::for_each` (which pays a
+//!   membarrier so that the owners' `with` stays free of read-modify-writes) against
+//!   `ThreadLocal::iter`.
 
 mod common;
 
+#[path = "../tests/common/counting.rs"]
+mod counting;
+#[path = "../tests/common/shrink_heap.rs"]
+mod shrink_heap;
+
+#[global_allocator]
+static ALLOC: counting::Counting = counting::Counting;
+
+use std::cell::Cell;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use common::per_op;
-use nicework::{IdSpace, Scheduler};
+use nicework::{IdSpace, PerCid, Scheduler};
+use shrink_heap::heap_after_shrink;
+use thread_local::ThreadLocal;
 
 extern "C" {
     static __rseq_offset: isize;
@@ -117,10 +135,84 @@ fn scan_1024() {
     );
 }
 
+/// Heap after 64 -> 4 threads against a fresh storage used by 4 threads.
+fn heap_after_shrink_64_to_4() {
+    let sched = Scheduler::manual();
+    type Pair = (IdSpace, PerCid<[u64; 4]>);
+    let make = || -> Pair {
+        let ids = IdSpace::new(&sched);
+        let slots = PerCid::new(&ids, || [0; 4]);
+        (ids, slots)
+    };
+    let touch = |(_, slots): &Pair| slots.with(|slot| slot[0] += 1);
+    // One scan after the survivors moved down.
+    let settle = |_: &Pair| {
+        sched.advance(Duration::from_millis(100));
+    };
+    heap_after_shrink(make, touch, settle, 4, 4); // one-time allocations
+    let fresh = heap_after_shrink(make, touch, settle, 4, 4);
+    let shrunk = heap_after_shrink(make, touch, settle, 64, 4);
+    let tl_make = ThreadLocal::<Cell<[u64; 4]>>::new;
+    let tl_touch = |tl: &ThreadLocal<Cell<[u64; 4]>>| {
+        let slot = tl.get_or(|| Cell::new([0; 4]));
+        let mut value = slot.get();
+        value[0] += 1;
+        slot.set(value);
+    };
+    heap_after_shrink(tl_make, tl_touch, |_| (), 4, 4);
+    let tl_fresh = heap_after_shrink(tl_make, tl_touch, |_| (), 4, 4);
+    let tl_shrunk = heap_after_shrink(tl_make, tl_touch, |_| (), 64, 4);
+    println!(
+        "heap after 64 -> 4 threads   IdSpace + PerCid<[u64; 4]> {shrunk} B vs fresh with 4 threads {fresh} B ({:.2}x, target <= 1.2x)   thread_local {tl_shrunk} B vs {tl_fresh} B ({:.2}x)",
+        shrunk as f64 / fresh as f64,
+        tl_shrunk as f64 / tl_fresh as f64,
+    );
+}
+
+/// Another thread sums 4 per-thread counters while their owners keep counting.
+fn sum_four_counters() {
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    let tl: ThreadLocal<AtomicU64> = ThreadLocal::new();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let iters = if common::quick() { 20_000 } else { 100_000 };
+    let (for_each, iter) = std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(Relaxed) {
+                    counters.with(|n| *n.get_mut() += 1);
+                    tl.get_or(|| AtomicU64::new(0)).fetch_add(1, Relaxed);
+                    std::thread::yield_now();
+                }
+            });
+        }
+        while counters.live() < 4 || tl.iter().count() < 4 {
+            std::thread::yield_now();
+        }
+        let for_each = per_op(iters, |_| {
+            let mut sum = 0;
+            counters.for_each(|n| sum += n.load(Relaxed));
+            black_box(sum);
+        });
+        let iter = per_op(iters, |_| {
+            black_box(tl.iter().map(|n| n.load(Relaxed)).sum::<u64>());
+        });
+        stop.store(true, Relaxed);
+        (for_each, iter)
+    });
+    println!(
+        "sum of 4 live counters        PerCid::for_each {for_each:7.1} ns   ThreadLocal::iter {iter:7.1} ns ({:.1}x; for_each pays one membarrier so that `with` needs no read-modify-write)",
+        for_each / iter
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
     enter_held();
     scan_1024();
+    heap_after_shrink_64_to_4();
+    sum_four_counters();
 }
