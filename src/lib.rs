@@ -97,10 +97,51 @@
 //! assert_eq!(conn.reaper.stats().runs, 1); // the early fires re-armed without running
 //! ```
 //!
-//! # Example: a compacting id space with per-id storage
+//! # Example: sharded counters that follow the live threads
 //!
-//! A runtime keeps one cache per concurrency id. As threads come and go, ids stay dense,
-//! and slots above the ids still in use are trimmed by the space's compaction work.
+//! The most common per-thread data is a counter (statistics, reference counts,
+//! histograms: the kernel's `percpu_counter`). Each thread adds to its own slot of a
+//! [`PerCid`] through `&mut`, with no atomic read-modify-write; any thread sums the slots
+//! with [`PerCid::for_each`] while the owners keep counting; and when threads go away the
+//! compaction scan hands their slots to the reclaim callback, which folds them into a
+//! total, and frees the slot arrays above the ids still in use.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use nicework::{IdSpace, PerCid, Scheduler};
+//!
+//! let sched = Scheduler::manual(); // virtual time; Scheduler::new()? for real threads
+//! let ids = IdSpace::new(&sched);
+//! let folded = Arc::new(AtomicU64::new(0));
+//! let sink = folded.clone();
+//! let requests = PerCid::with_reclaim(&ids, || AtomicU64::new(0), move |n: &mut AtomicU64| {
+//!     sink.fetch_add(*n.get_mut(), Relaxed); // a departed thread's count is kept
+//! });
+//! let sum = || {
+//!     let mut total = folded.load(Relaxed);
+//!     requests.for_each(|n| total += n.load(Relaxed));
+//!     total
+//! };
+//! std::thread::scope(|s| {
+//!     let threads: Vec<_> = (0..8)
+//!         .map(|_| s.spawn(|| (0..100).for_each(|_| requests.with(|n| *n.get_mut() += 1))))
+//!         .collect();
+//!     // join() waits for the whole thread exit, which releases the thread's id (the end
+//!     // of a scope alone does not).
+//!     threads.into_iter().for_each(|t| t.join().unwrap());
+//! });
+//! assert_eq!(sum(), 800);
+//! sched.advance(Duration::from_millis(100)); // one scan: the 8 slots are folded, freed
+//! assert_eq!((requests.live(), sum()), (0, 800));
+//! ```
+//!
+//! # Example: an exclusive per-id cache
+//!
+//! A runtime keeps one cache per concurrency id and uses it through `&mut` with
+//! [`PerCid::with`]. As threads come and go, ids stay dense, and slots above the ids
+//! still in use are trimmed by the space's compaction work.
 //!
 //! ```
 //! use nicework::{IdSpace, PerCid, Scheduler};
@@ -116,8 +157,6 @@
 //!             s.spawn(move || caches.with(|cache| cache.push(t))) // this thread's slot
 //!         })
 //!         .collect();
-//!     // join() waits for the whole thread exit, thread-local destructors included
-//!     // (the end of a scope alone does not).
 //!     threads.into_iter().for_each(|t| t.join().unwrap());
 //! });
 //! // The four threads are gone: their ids were released when they exited.
@@ -278,7 +317,12 @@
 //!   nicework's exit hook, and a nested `enter()` always returns the outer guard's id.
 //! - `enter()` on an id the thread holds performs no atomic read-modify-write, and an idle
 //!   space costs nothing (its compaction work parks).
-//! - `PerCid` slots above the high water go to `on_reclaim`, then are dropped.
+//! - `PerCid` slots above the high water go to `on_reclaim` exactly once, then are
+//!   dropped, and the slot arrays above it are freed: after the threads shrink from N to
+//!   M, a `PerCid` holds about what a fresh one used by M threads holds.
+//! - `PerCid::for_each` runs on any thread beside the owners' `with` and never sees a
+//!   slot while its owner holds the `&mut T`; the owners' side stays free of atomic
+//!   read-modify-write (the reader pays a `membarrier`).
 //!
 //! `tests/README.md` in the repository lists, for each guarantee, the tests and loom models
 //! that pin it.

@@ -18,7 +18,9 @@
 //!    by the survivors' next `enter()`, and within two scan periods at most.
 //! 5. The compaction work is an ordinary [`Work`](crate::Work); it parks while no id is
 //!    held, so an idle space costs nothing.
-//! 6. [`PerCid`] slots above the high water are passed to `on_reclaim`, then dropped.
+//! 6. [`PerCid`] slots above the high water are passed to `on_reclaim` exactly once, then
+//!    dropped, and the slot arrays wholly above it are freed (`slots.rs`). If the space's
+//!    scheduler is gone, the trim runs when a thread exits instead of at each scan.
 //! 7. `enter()` on an id the thread already holds does no atomic read-modify-write: a
 //!    thread-local lookup (two loads, compared with the space's address), a relaxed load
 //!    and store of its pin word (the store also counts the enter for the scan), a compiler
@@ -28,6 +30,13 @@
 //!    nicework's exit hook (a [`Cid<'static>`](Cid) of a leaked or static [`IdSpace`] can
 //!    be stored in any thread-local); nested `enter()` always returns the outer guard's id,
 //!    whatever the scan does meanwhile.
+//! 9. [`PerCid::for_each`] (for `T: Sync`) runs on any thread while owners keep calling
+//!    `with`: it never sees a slot while its owner holds the `&mut T`, the owner's `with`
+//!    stays free of atomic read-modify-write, and a trimmed slot is never visited after
+//!    its value went to `on_reclaim`. The protocol (the pin protocol again, with the
+//!    reader in the reclaimer's place) is written down in `reader.rs`.
+//! 10. After a shrink from N to M threads, one scan after the survivors moved down, a
+//!     `PerCid`'s heap is what a fresh one used by M threads holds (`tests/percid_memory.rs`).
 //!
 //! # The pin protocol
 //!

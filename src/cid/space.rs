@@ -391,8 +391,9 @@ fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
 /// scheduler alive as long as the space (or build it on [`global()`](crate::global)). If
 /// the scheduler shuts down first, ids keep working (unique and dense on `enter()`, and a
 /// thread's id is still released when it exits), but nothing reclaims the ids of idle
-/// threads any more and [`PerCid`](crate::PerCid) slots above the high water are no
-/// longer trimmed: memory then follows the peak concurrency instead of the live one.
+/// threads any more. [`PerCid`](crate::PerCid) slots above the high water are then
+/// trimmed when a thread exits (its `on_reclaim` runs on the exiting thread), so memory
+/// still follows the threads that exist, if not the ones that are idle.
 ///
 /// # Examples
 ///
