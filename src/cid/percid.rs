@@ -295,6 +295,11 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// A panic in `f` propagates after the owners waiting for the visit are released.
     ///
+    /// In a `fork()`ed child, a `PerCid` made before the fork can block in `for_each`, or
+    /// in `with` on a slot a vanished reader had flagged, if another thread of the parent
+    /// was inside `for_each` at the fork (its locks and flags are copied, the thread is
+    /// not). Make a new `PerCid` (and `IdSpace`) after the fork.
+    ///
     /// # Examples
     ///
     /// ```
