@@ -124,6 +124,67 @@ fn a_thread_moves_down_when_its_id_is_not_below_held() {
     b.join().unwrap();
 }
 
+/// A thread whose id was marked to move when `held` shrank below it keeps that id if
+/// `held` grew back past it before its next `enter()` (it moves only if its id is not below
+/// `held` then), and a nested `enter()` under the mark returns the outer guard's id.
+#[test]
+fn a_thread_marked_to_move_keeps_its_id_once_held_grows_back() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    // A thread that enters and reports its id, keeping that guard if `hold`; then, while
+    // main says `true`, enters again (nested under the kept guard) and reports; then drops
+    // the kept guard and, if main says `true`, makes one more first-level enter and
+    // reports; it exits when main hangs up.
+    let spawn = |ids: Arc<IdSpace>, hold: bool| {
+        let (to_thread, from_main) = mpsc::channel::<bool>();
+        let (to_main, from_thread) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let first = ids.enter();
+            to_main.send(first.get()).unwrap();
+            let first = if hold { Some(first) } else { None };
+            while from_main.recv() == Ok(true) {
+                to_main.send(ids.enter().get()).unwrap();
+            }
+            drop(first);
+            // Dropped: the next command is one more first-level enter.
+            if from_main.recv() == Ok(true) {
+                to_main.send(ids.enter().get()).unwrap();
+            }
+            // Exit (releasing the id) only once main hangs up.
+            while from_main.recv().is_ok() {}
+        });
+        (to_thread, from_thread, thread)
+    };
+    let (a_tx, a_rx, a) = spawn(ids.clone(), true);
+    assert_eq!(a_rx.recv().unwrap(), 0);
+    let (b_tx, b_rx, b) = spawn(ids.clone(), true);
+    assert_eq!(b_rx.recv().unwrap(), 1);
+    drop(a_tx);
+    a.join().unwrap(); // A exits: held is 1, B's id 1 is marked to move
+    assert_eq!((ids.held(), ids.high_water()), (1, 2));
+    b_tx.send(true).unwrap();
+    assert_eq!(
+        b_rx.recv().unwrap(),
+        1,
+        "nested under the mark: the outer id"
+    );
+    let (c_tx, c_rx, c) = spawn(ids.clone(), false);
+    assert_eq!(c_rx.recv().unwrap(), 0, "C takes the lowest free id");
+    assert_eq!(ids.held(), 2);
+    b_tx.send(false).unwrap(); // B drops its guard, then enters again
+    b_tx.send(true).unwrap();
+    assert_eq!(
+        b_rx.recv().unwrap(),
+        1,
+        "1 is below held (2) again: B keeps it"
+    );
+    assert_eq!((ids.held(), ids.high_water()), (2, 2));
+    drop((b_tx, c_tx));
+    c.join().unwrap();
+    b.join().unwrap();
+    assert_eq!(ids.held(), 0);
+}
+
 #[test]
 fn an_idle_thread_loses_its_id_and_reacquires_lazily() {
     let sched = Scheduler::manual();

@@ -167,3 +167,92 @@ fn nested_enter_returns_the_outer_id_while_the_scan_revokes_it() {
         thread.join().unwrap();
     });
 }
+
+/// Executions of `a_mark_to_move_down_races_with_enter_and_the_scan` in which H took id 1
+/// and then moved down to 0 (std atomics: counted across executions, outside the model).
+static H_HAD_1: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static H_MOVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Moving down with the `MOVE` mark (guarantee 3, see "Moving down" in src/cid/mod.rs).
+/// L takes id 0 and exits: its exit hook releases 0 while H and the scans run. H took 1
+/// if L still held 0 then, and went idle: when `held` shrinks below 1, H's `cid` is marked to move, while
+/// H enters again (and may move down to 0) and holds that guard, nested, and the second
+/// scan may revoke H's id too. T enters after the scans and takes the lowest free id. In
+/// every interleaving H's and T's guards hold different ids, and H's nested `enter()`
+/// returns its outer guard's id. (The model checks that some executions do move H down.)
+#[test]
+fn a_mark_to_move_down_races_with_enter_and_the_scan() {
+    use std::sync::atomic::Ordering::Relaxed;
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let claims = Arc::new(Claims::new());
+        let first_done = Arc::new(AtomicUsize::new(0));
+        let t_done = Arc::new(AtomicUsize::new(0));
+        let l_took = Arc::new(AtomicUsize::new(0));
+        let low = {
+            let (ids, l_took) = (ids.clone(), l_took.clone());
+            thread::spawn(move || {
+                assert_eq!(ids.enter().get(), 0);
+                l_took.store(1, Ordering::SeqCst);
+                // L exits: its id is released at once, racing with H and the scans.
+                nicework::cid::run_thread_exit_hook_for_loom();
+            })
+        };
+        while l_took.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        let high = {
+            let (ids, claims, first_done, t_done) = (
+                ids.clone(),
+                claims.clone(),
+                first_done.clone(),
+                t_done.clone(),
+            );
+            thread::spawn(move || {
+                let first = ids.enter().get();
+                first_done.store(1, Ordering::SeqCst);
+                let outer = ids.enter();
+                let mine = outer.get();
+                if first == 1 {
+                    H_HAD_1.fetch_add(1, Relaxed);
+                    if mine == 0 {
+                        H_MOVED.fetch_add(1, Relaxed);
+                    }
+                }
+                assert_eq!(
+                    claims.0[mine].swap(1, Ordering::SeqCst),
+                    0,
+                    "id {mine} held twice"
+                );
+                assert_eq!(ids.enter().get(), mine, "a nested enter() changed the id");
+                while t_done.load(Ordering::SeqCst) == 0 {
+                    thread::yield_now();
+                }
+                claims.0[mine].store(0, Ordering::SeqCst);
+            })
+        };
+        while first_done.load(Ordering::SeqCst) == 0 {
+            thread::yield_now();
+        }
+        // The first scan notes the enter counts; the second revokes idle ids (held
+        // shrinks: H's id is marked if it is 1) and may revoke H's.
+        sched.advance(SCAN);
+        sched.advance(SCAN);
+        let t = {
+            let (ids, claims, t_done) = (ids.clone(), claims.clone(), t_done.clone());
+            thread::spawn(move || {
+                claims.hold(&ids, 2);
+                t_done.store(1, Ordering::SeqCst);
+            })
+        };
+        t.join().unwrap();
+        high.join().unwrap();
+        low.join().unwrap();
+    });
+    assert!(
+        H_HAD_1.load(Relaxed) > 0 && H_MOVED.load(Relaxed) > 0,
+        "the model never moved H down ({} executions with H on 1)",
+        H_HAD_1.load(Relaxed)
+    );
+}

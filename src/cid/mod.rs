@@ -24,8 +24,9 @@
 //! 7. `enter()` on an id the thread already holds does no atomic read-modify-write: a
 //!    thread-local lookup (two loads, compared with the space's address), a relaxed load
 //!    and store of its pin word (the store also counts the enter for the scan), a compiler
-//!    fence, and relaxed loads of its id and of the space's `held` count; the guard's drop
-//!    is a relaxed load and a release store of the pin word.
+//!    fence, and a relaxed load of its id word, compared with a constant (it does not read
+//!    the space's `held` count: see "Moving down" below); the guard's drop is a relaxed
+//!    load and a release store of the pin word.
 //! 8. A guard keeps its id until it is dropped, also in a thread-local destroyed after
 //!    nicework's exit hook (a [`Cid<'static>`](Cid) of a leaked or static [`IdSpace`] can
 //!    be stored in any thread-local); nested `enter()` always returns the outer guard's id,
@@ -40,7 +41,8 @@
 //!
 //! # The pin protocol
 //!
-//! Each (thread, space) pair has a record: `cid` (the owned id or none), `own` (the id the
+//! Each (thread, space) pair has a record: `cid` (the owned id or none, possibly marked
+//! `MOVE`: see "Moving down"), `own` (the id the
 //! thread last took; only the thread touches it), `pin`, and `seen` (the scan's). `pin` is
 //! one word written only by the thread, with plain stores (a load, then a store): its low
 //! half (`PINS`) holds the guard nesting depth and the `ORPHANED` flag (see below), so the
@@ -57,7 +59,7 @@
 //!  pin := p + ENTER + PIN_ONE  (P)      if !moved and !pinned(p):  (idle)
 //!  light barrier                          cid := NONE                        (R)
 //!  c := cid                  (L)          heavy barrier  (membarrier)
-//!  if c < held: use c                     if pinned(pin) { cid := c } else { free(c) }  (C)
+//!  if c < MOVE: use c                     if pinned(pin) { cid := c } else { free(c) }  (C)
 //!  else: slow path (takes the lock; a new id goes to `cid` and `own`)
 //!  ...
 //!  nested enter: pin += PIN_ONE, use own  (N)
@@ -90,6 +92,40 @@
 //!
 //! Every other change of ownership (first acquire, moving down, thread exit, orphan
 //! release, transient ids during thread teardown) happens under the space's lock.
+//!
+//! ## Moving down
+//!
+//! Guarantee 3 moves a thread whose id is not below `held` at its next `enter()`. The
+//! fast path does not read `held`: whoever makes it shrink (a thread's exit or orphan
+//! release, a scan that frees ids, a transient id's release; all under the lock, in
+//! `publish`) sets the `MOVE` bit (the top bit, which no id reaches) in the `cid` of every
+//! record whose id is now not below it. Growth needs no mark, and neither does moving
+//! down (it frees one id and takes one). So at any time an unmarked `cid` is below `held`
+//! (`acquire` keeps an id only if it is below the count, and a new id is the lowest free
+//! one, below the new count), and the fast path's test `c < MOVE` sends `NONE` and
+//! marked ids alike to the slow path, where `acquire`, under the lock, strips the mark
+//! and keeps the id if it is below the count by then, else frees it and takes the lowest
+//! free one. Marking costs O(threads) under the lock, only when `held` shrinks, which is
+//! rare (the same events already take the lock and touch the compaction work).
+//!
+//! The mark keeps the protocol's argument:
+//!
+//! - It is a third value of `cid`: `cid` is always `NONE`, `own` or `own | MOVE`, so a
+//!   nested `enter()` still returns `own`, and the mark never changes which id a thread
+//!   owns. Setting it frees nothing: the id stays owned in the bitmap until its thread's
+//!   `acquire` (under the lock) or the scan's revoke protocol frees it, as before.
+//! - A thread that already loaded its unmarked `c` (or holds a guard on it) when the mark
+//!   lands keeps using `c`, which is still its own; its next first-level `enter()` sees
+//!   the mark and moves under the lock, where no scan is halfway through a revoke. Only
+//!   that first-level `enter()` frees the old id, and no guard of the thread holds it
+//!   then (the record was unpinned), so no thread loses an id it is pinned on.
+//! - A marked value is never used without the lock, so it needs no Dekker ordering: the
+//!   fast path's load L matters only when it returns an unmarked id, and then the barrier
+//!   argument above is unchanged.
+//! - The scan revokes a marked `cid` like any other (R: `NONE`), frees the id without the
+//!   mark, or gives back the value it read, mark included (C). All of R, the barrier, C
+//!   and the marking run under one hold of the lock, and every other writer of `cid`
+//!   takes that lock, so a thread that saw `NONE` sees the final value in `acquire`.
 //!
 //! # The orphan protocol
 //!

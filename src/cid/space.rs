@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
-use super::thread::{self, ThreadRec, ENTERED_ONE, NO_ID, ORPHANED, PINS, PIN_ONE};
+use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, ORPHANED, PINS, PIN_ONE};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
 
@@ -94,8 +94,27 @@ impl SpaceInner {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Mirrors `state` for lock-free readers, under the lock. If `held` shrinks, every
+    /// thread whose id is now not below it gets `MOVE` in its `cid`, so that its next
+    /// `enter()` takes the slow path and moves down (guarantee 3) without the fast path
+    /// reading `held`. That is O(threads) under the lock, paid only when `held` shrinks:
+    /// a thread's exit, a scan that frees ids, a transient id's release (moving down
+    /// frees one id and takes one, so `held` stays). Until the next shrink, every
+    /// unmarked `cid` is below `held`: `acquire` keeps an id only below it and takes the
+    /// lowest free one (below the new count), and `held` does not shrink unmarked.
     fn publish(&self, state: &SpaceState) {
-        self.held.store(state.ids.owned(), Ordering::Relaxed);
+        let held = state.ids.owned();
+        // Written only under the lock, so this reads the last value published.
+        if held < self.held.load(Ordering::Relaxed) {
+            for record in &state.threads {
+                let cid = record.cid.load(Ordering::Relaxed);
+                // Unmarked, owned (not `NO_ID`), not below `held`: mark it.
+                if (held..MOVE).contains(&cid) {
+                    record.cid.store(cid | MOVE, Ordering::Relaxed);
+                }
+            }
+        }
+        self.held.store(held, Ordering::Relaxed);
         self.high_water
             .store(state.ids.high_water(), Ordering::Relaxed);
     }
@@ -120,7 +139,7 @@ impl SpaceInner {
         let mut state = lock(&self.state);
         let id = record.cid.load(Ordering::Relaxed);
         if id != NO_ID {
-            state.ids.release(id);
+            state.ids.release(id & !MOVE);
             record.cid.store(NO_ID, Ordering::Relaxed);
         }
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
@@ -163,16 +182,21 @@ impl SpaceInner {
         f(state.ids.high_water())
     }
 
-    /// The slow path of `enter()`: the thread owns no id, or one that is not below the
-    /// number of ids held. Called pinned, by a first-level `enter()`. Every new id goes to
-    /// `own` as well as to `cid` (see `ThreadRec::own`).
+    /// The slow path of `enter()`: the thread owns no id, or its `cid` carries `MOVE`
+    /// (its id was not below the number of ids held when that shrank). Called pinned, by
+    /// a first-level `enter()`. Keeps the id, without the mark, if it is below the number
+    /// held now, else moves to the lowest free id. Every new id goes to `own` as well as
+    /// to `cid` (see `ThreadRec::own`).
     #[cold]
     #[inline(never)]
     fn acquire(&self, record: &ThreadRec) -> usize {
         if self.in_forked_child() {
+            // Nothing moves here; a mark from before the fork only needs stripping (no
+            // other thread writes `cid` in the child: the lock is never taken).
             let current = record.cid.load(Ordering::Relaxed);
             if current != NO_ID {
-                return current;
+                record.cid.store(current & !MOVE, Ordering::Relaxed);
+                return current & !MOVE;
             }
             let id = self.child_id();
             record.own.store(id, Ordering::Relaxed);
@@ -181,10 +205,13 @@ impl SpaceInner {
         }
         let mut state = lock(&self.state);
         let current = record.cid.load(Ordering::Relaxed);
-        if current != NO_ID && current < state.ids.owned() {
-            return current;
-        }
         if current != NO_ID {
+            let current = current & !MOVE;
+            if current < state.ids.owned() {
+                // Marked when `held` shrank, and it grew back since: keep the id.
+                record.cid.store(current, Ordering::Relaxed);
+                return current;
+            }
             // Compaction at the event, as the 6.19 rewrite does at schedule-in.
             state.ids.release(current);
         }
@@ -218,9 +245,10 @@ impl SpaceInner {
             for (record, id) in revoked {
                 if !thread::pinned(record.pin.load(Ordering::Acquire)) {
                     // Not pinned after the barrier: its next enter() sees NO_ID.
-                    state.ids.release(id);
+                    state.ids.release(id & !MOVE);
                 } else {
-                    // Pinned across the barrier: it may be using `id`; give it back.
+                    // Pinned across the barrier: it may be using `id`; give it back
+                    // (with its `MOVE` mark, if it had one).
                     record.cid.store(id, Ordering::Relaxed);
                 }
             }
@@ -304,7 +332,9 @@ impl SpaceInner {
         // the store→load order (see the module docs).
         light();
         let id = record.cid.load(Ordering::Relaxed);
-        let id = if id < self.held.load(Ordering::Relaxed) {
+        // `NO_ID` and ids marked to move both take the slow path: one compare with a
+        // constant, and no load of `held` (see `publish`).
+        let id = if id < MOVE {
             debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
             id
         } else {

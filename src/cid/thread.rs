@@ -13,6 +13,13 @@ use crate::sync::{thread_local, AtomicUsize, Ordering};
 /// `ThreadRec::cid` when the thread owns no id.
 pub(crate) const NO_ID: usize = usize::MAX;
 
+/// Set in `ThreadRec::cid`, over the owned id, by whoever makes the space's `held` count
+/// shrink below that id (under the space lock, `SpaceInner::publish`): the thread must
+/// move to the lowest free id at its next `enter()`. `enter()`'s fast path uses `cid` only
+/// when it is below `MOVE`, so `NO_ID` and marked ids both take the locked slow path,
+/// which strips the mark. Ids never reach it (each one is a bit of a bitmap in memory).
+pub(crate) const MOVE: usize = 1 << (usize::BITS - 1);
+
 // `ThreadRec::pin`, one word that only its thread writes, with plain stores (a load, then a
 // store): the low half is the guard nesting depth (in `PIN_ONE`s) and the `ORPHANED` flag,
 // the high half counts the thread's first-level `enter()`s (wrapping), so the scan can tell
@@ -45,15 +52,18 @@ pub(crate) fn pinned(pin: usize) -> bool {
 /// under the space lock) and by the space's reclaimer (`cid` and `seen`, under the lock).
 #[derive(Debug)]
 pub(crate) struct ThreadRec {
-    /// A: the id this thread owns, or `NO_ID`. Written by its thread under the space lock
-    /// (`acquire`) and by the scan under the lock (revoke, give back); read lock-free by
-    /// the thread's `enter()`.
+    /// A: the id this thread owns, or `NO_ID`; with `MOVE` set while the id is not below
+    /// the space's `held` count. Written by its thread under the space lock (`acquire`),
+    /// by the scan under the lock (revoke, give back) and by whoever shrinks `held` under
+    /// the lock (`publish` sets `MOVE`); read lock-free by the thread's `enter()`.
     pub(crate) cid: AtomicUsize,
-    /// X (only its thread): the id the thread last took, set with `cid` by its `acquire`. Only the thread reads
-    /// or writes it. `cid` is always `NO_ID` or `own`: only `acquire` gives `cid` a new id;
-    /// the scan revokes it (`NO_ID`) and gives the same id back or frees it. So while the
-    /// thread is pinned, `own` is its outermost guard's id, and a nested `enter()` returns
-    /// it: `cid` may read `NO_ID` then, between a scan's revoke and its give-back.
+    /// X (only its thread): the id the thread last took, set with `cid` by its `acquire`.
+    /// Only the thread reads or writes it. `cid` is always `NO_ID`, `own` or
+    /// `own | MOVE`: only `acquire` gives `cid` a new id; the scan revokes it (`NO_ID`)
+    /// and gives the same value back or frees the id; `publish` only sets `MOVE`. So
+    /// while the thread is pinned, `own` is its outermost guard's id, and a nested
+    /// `enter()` returns it: `cid` may read `NO_ID` then, between a scan's revoke and its
+    /// give-back, or carry `MOVE`.
     pub(crate) own: AtomicUsize,
     /// A: live guards on this thread (nesting depth, in `PIN_ONE`s), plus `ORPHANED` once
     /// the thread's exit hook ran, in the low half (`PINS`); the number of first-level
