@@ -135,3 +135,49 @@ fn owner_backs_off_for_a_flagged_slot() {
         assert_eq!(folded.load(Ordering::SeqCst), 0);
     });
 }
+
+/// Once the scheduler is gone, a thread's exit trims, and `on_reclaim` runs on the exiting
+/// thread while its trim holds the gate. Here the callback enters the space (as folding
+/// into another `PerCid` does): that makes a late id whose release trims again on the same
+/// thread, which must skip the gate it already holds rather than wait for itself. A
+/// reader runs meanwhile. Everything terminates and every increment is live or folded.
+#[test]
+fn a_trim_at_exit_whose_callback_enters_the_space() {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(|| {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = {
+            let (ids, folded) = (ids.clone(), folded.clone());
+            Arc::new(PerCid::with_reclaim(
+                &ids.clone(),
+                || Count(UnsafeCell::new(0)),
+                move |count: &mut Count| {
+                    let _late = ids.enter();
+                    folded.fetch_add(count.get(), Ordering::SeqCst);
+                },
+            ))
+        };
+        drop(sched);
+        let exiting = {
+            let counters = counters.clone();
+            thread::spawn(move || {
+                counters.with(Count::add);
+                nicework::cid::run_thread_exit_hook_for_loom();
+            })
+        };
+        let reader = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        exiting.join().unwrap();
+        assert!(reader.join().unwrap() <= 1);
+        let last = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 1);
+    });
+}

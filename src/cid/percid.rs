@@ -55,7 +55,10 @@ unsafe impl<T: Send> Send for Storage<T> {}
 
 impl<T: Send + 'static> Trim for Storage<T> {
     fn trim(&self, space: &SpaceInner) {
-        let _hold = self.gate.enter_trim();
+        let Some(_hold) = self.gate.enter_trim() else {
+            // This thread holds the gate further up its stack (see `enter_trim`).
+            return;
+        };
         let detached = space.at_high_water(|high_water| {
             // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
             unsafe { self.buckets.detach_above(high_water) }
@@ -284,8 +287,10 @@ impl<T: Send + 'static> PerCid<T> {
     /// run during a `for_each`. Calls from several threads take turns.
     ///
     /// Like taking a read lock, calling it from inside `with` on *another* `PerCid`
-    /// waits for that one's owners: two threads doing so on two `PerCid`s in opposite
-    /// orders wait for each other.
+    /// waits for that one's owners, and a `with` on another `PerCid` from inside the
+    /// callback waits for that one's reader if it has flagged the slot: two threads
+    /// nesting two `PerCid`s in opposite orders this way wait for each other, as with two
+    /// `RwLock`s.
     ///
     /// # Panics
     ///

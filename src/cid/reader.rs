@@ -63,9 +63,17 @@
 //! - `for_each` inside `for_each`'s callback, or inside `on_reclaim`: the gate is held
 //!   by this thread; it panics instead of waiting for itself.
 //!
-//! A `for_each` inside `with` on *another* `PerCid` waits for that one's owners, like a
-//! read lock taken under another lock: two threads doing that in opposite orders
-//! deadlock, as with two `RwLock`s. The docs of `for_each` say so.
+//! A `for_each` inside `with` on *another* `PerCid` waits for that one's owners, and a
+//! `with` inside a `for_each` callback waits for another `PerCid`'s reader that flagged
+//! its slot (FLAGGED blocks owners as VISITING does), like a lock taken under another
+//! lock: two threads nesting two `PerCid`s in opposite orders deadlock, as with two
+//! `RwLock`s. The docs of `for_each` say so.
+//!
+//! A trim that finds the gate held by its own thread skips (`enter_trim` returns `None`):
+//! once the scheduler is gone a thread's exit trims, and an `on_reclaim` (or a `for_each`
+//! callback in a late thread-local destructor) that enters the space makes a late id
+//! whose release trims again on the same thread. The skipped work is done by the next
+//! trim.
 
 use super::barrier;
 use super::slots::Slot;
@@ -170,17 +178,25 @@ impl Gate {
         GateHold { gate: self }
     }
 
-    /// Takes the gate for a trim, ahead of readers that come later.
-    pub(super) fn enter_trim(&self) -> GateHold<'_> {
+    /// Takes the gate for a trim, ahead of readers that come later; `None` if this thread
+    /// holds it already (a reader whose callback, or a trim whose `on_reclaim`, released
+    /// an id, which trims again at thread exit once the scheduler is gone): the trim is
+    /// skipped rather than waiting for its own thread; a later one does its work.
+    pub(super) fn enter_trim(&self) -> Option<GateHold<'_>> {
         let me = thread_tag();
         let mut state = lock(&self.state);
+        if let Holder::Reader(tag) | Holder::Trim(tag) = state.holder {
+            if tag == me {
+                return None;
+            }
+        }
         state.trims_waiting += 1;
         while state.holder != Holder::Free {
             state = wait(&self.changed, state);
         }
         state.trims_waiting -= 1;
         state.holder = Holder::Trim(me);
-        GateHold { gate: self }
+        Some(GateHold { gate: self })
     }
 
     /// The owner's side after it saw `reading != IDLE` at L (its `borrowed` is 1): waits
@@ -262,11 +278,12 @@ impl GateHold<'_> {
                 self.gate.changed.notify_all();
             }
         }
-        barrier::heavy();
+        // Built before the heavy barrier, so the flags are cleared if it panics too.
         let mut pending = Unflag {
             rest: slots,
             gate: self.gate,
         };
+        barrier::heavy();
         let gate = self.gate;
         for slot in pending.rest.by_ref() {
             let mut state = lock(&gate.state);

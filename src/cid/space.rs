@@ -422,8 +422,10 @@ fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
 /// the scheduler shuts down first, ids keep working (unique and dense on `enter()`, and a
 /// thread's id is still released when it exits), but nothing reclaims the ids of idle
 /// threads any more. [`PerCid`](crate::PerCid) slots above the high water are then
-/// trimmed when a thread exits (its `on_reclaim` runs on the exiting thread), so memory
-/// still follows the threads that exist, if not the ones that are idle.
+/// trimmed when a thread exits (its `on_reclaim` runs on the exiting thread): memory
+/// shrinks at each thread exit, not in between. After a shrink from 64 threads to 4 whose
+/// last exit came before the survivors moved down, the slots of the ids they left stay
+/// until the next thread exits.
 ///
 /// # Examples
 ///

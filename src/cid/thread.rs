@@ -188,8 +188,11 @@ thread_local! {
 /// order that varies, so a model cannot arrange that order itself.
 #[cfg(all(loom, feature = "loom"))]
 pub(crate) fn run_exit_hook_now() {
-    REGISTRY.with(|registry| exit_hook(&mut registry.records.borrow_mut()));
+    // As in std's teardown: once the hook starts, the registry is unreachable (code the
+    // hook runs, such as a trim's `on_reclaim`, may enter a space meanwhile).
+    let mut records = REGISTRY.with(|registry| std::mem::take(&mut *registry.records.borrow_mut()));
     EXITED.with(|exited| exited.set(true));
+    exit_hook(&mut records);
 }
 
 /// `LAST` when empty.

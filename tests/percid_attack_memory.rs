@@ -1,0 +1,76 @@
+//! Memory attacks on `PerCid` (DESIGN concurrency ids 10): shapes other than
+//! `tests/percid_memory.rs`'s. Bytes are counted by a counting allocator; one test in this
+//! binary, so nothing else allocates while it counts.
+
+use std::time::Duration;
+
+use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+
+#[path = "common/counting.rs"]
+mod counting;
+#[path = "common/shrink_heap.rs"]
+mod shrink_heap;
+
+#[global_allocator]
+static ALLOCATOR: counting::Counting = counting::Counting;
+
+type Pair = (IdSpace, Vec<PerCid<[u64; 64]>>);
+
+#[test]
+fn memory_shapes() {
+    let sched = Scheduler::manual();
+    // Big slots, eight PerCids on one space, repeated grow/shrink cycles.
+    let make = || {
+        let ids = IdSpace::builder()
+            .scan_period(MIN_SCAN_PERIOD)
+            .build(&sched);
+        let slots = (0..8).map(|_| PerCid::new(&ids, || [0u64; 64])).collect();
+        (ids, slots)
+    };
+    let touch = |(_, slots): &Pair| {
+        for p in slots {
+            p.with(|slot| slot[0] += 1);
+        }
+    };
+    let settle = |_: &Pair| {
+        sched.advance(MIN_SCAN_PERIOD);
+    };
+    shrink_heap::heap_after_shrink(make, touch, settle, 4, 4);
+    let fresh = shrink_heap::heap_after_shrink(make, touch, settle, 4, 4);
+    let mut results = Vec::new();
+    for cycle in 0..5 {
+        let shrunk = shrink_heap::heap_after_shrink(make, touch, settle, 64, 4);
+        results.push(shrunk);
+        assert!(
+            shrunk as f64 <= 1.2 * fresh as f64,
+            "cycle {cycle}: after 64 -> 4: {shrunk} B, fresh {fresh} B"
+        );
+    }
+    // A pair whose scheduler was dropped: the trims run at thread exit only.
+    let make_orphan = || {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let slots = (0..8).map(|_| PerCid::new(&ids, || [0u64; 64])).collect();
+        drop(sched);
+        (ids, slots)
+    };
+    let none = |_: &Pair| ();
+    // One more thread comes and goes after the survivors moved down.
+    let one_exit = |pair: &Pair| {
+        // An explicit join waits for the thread's exit hook (and its trim).
+        std::thread::scope(|s| s.spawn(|| touch(pair)).join().unwrap());
+    };
+    shrink_heap::heap_after_shrink(make_orphan, touch, none, 4, 4);
+    let fresh_orphan = shrink_heap::heap_after_shrink(make_orphan, touch, none, 4, 4);
+    let after_exit = shrink_heap::heap_after_shrink(make_orphan, touch, one_exit, 64, 4);
+    let no_exit = shrink_heap::heap_after_shrink(make_orphan, touch, none, 64, 4);
+    println!(
+        "fresh {fresh}, cycles {results:?}; no scheduler: fresh {fresh_orphan}, \
+         after one more exit {after_exit}, survivors moved down, no exit {no_exit}"
+    );
+    assert!(
+        after_exit as f64 <= 1.2 * fresh_orphan as f64,
+        "no scheduler, after one more exit: {after_exit} B, fresh {fresh_orphan} B"
+    );
+    let _ = Duration::ZERO;
+}
