@@ -17,6 +17,9 @@ use std::time::Duration;
 use common::{eventually, EVENTUALLY};
 use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
 
+/// The last handles of a `PerCid` and its space, dropped from inside a callback.
+type Handles = (Arc<PerCid<u64>>, IdSpace);
+
 /// Runs `f` on a fresh thread (joined, so its thread-local destructors ran) and returns its
 /// result; a thread that does not finish within the liveness bound is a deadlock.
 fn finishes<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
@@ -449,7 +452,7 @@ fn on_reclaim_reentrancy_drops_and_setters_during_a_scan() {
         .build(&sched);
     // A PerCid whose on_reclaim: calls for_each on itself (panics, contained), replaces
     // itself, drops the PerCid and the IdSpace it was handed, and calls with on itself.
-    let cell: Arc<Mutex<Option<(Arc<PerCid<u64>>, IdSpace)>>> = Arc::default();
+    let cell: Arc<Mutex<Option<Handles>>> = Arc::default();
     let p = Arc::new(PerCid::new(&ids, || 0u64));
     let reclaimed = Arc::new(AtomicU64::new(0));
     {
