@@ -300,6 +300,14 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// A panic in `f` propagates after the owners waiting for the visit are released.
     ///
+    /// # Cost
+    ///
+    /// The owners' side stays cheap because the reader pays: one
+    /// `membarrier(PRIVATE_EXPEDITED)` per call, which interrupts each CPU running a
+    /// thread of the process once (4–11 µs here with 4 owners running, against about
+    /// 35 ns for `thread_local`'s `iter` over 4 counters, whose owners must use atomic
+    /// adds). Sum statistics at reporting rates, not per request.
+    ///
     /// In a `fork()`ed child, a `PerCid` made before the fork can block in `for_each`, or
     /// in `with` on a slot a vanished reader had flagged, if another thread of the parent
     /// was inside `for_each` at the fork (its locks and flags are copied, the thread is
