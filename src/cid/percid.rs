@@ -304,7 +304,7 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// The owners' side stays cheap because the reader pays: one
     /// `membarrier(PRIVATE_EXPEDITED)` per call, which interrupts each CPU running a
-    /// thread of the process once (4–11 µs here with 4 owners running, against about
+    /// thread of the process once (4–23 µs here with 4 owners running, against about
     /// 35 ns for `thread_local`'s `iter` over 4 counters, whose owners must use atomic
     /// adds). Sum statistics at reporting rates, not per request.
     ///
