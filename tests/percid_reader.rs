@@ -264,33 +264,43 @@ fn for_each_inside_for_each_panics_with_a_message() {
 }
 
 #[test]
-fn for_each_inside_on_reclaim_panics_and_the_trim_goes_on() {
+fn for_each_inside_on_reclaim_works_and_skips_the_slot_being_reclaimed() {
     let sched = Scheduler::manual();
     let ids = Arc::new(IdSpace::new(&sched));
     let counters: Arc<PerCid<u64>> = Arc::new(PerCid::new(&ids, || 0));
-    let messages = Arc::new(Mutex::new(Vec::new()));
+    // What each on_reclaim call saw: the slot's value and the values for_each visited.
+    let seen = Arc::new(Mutex::new(Vec::new()));
     {
-        let (weak, messages) = (Arc::downgrade(&counters), messages.clone());
-        counters.on_reclaim(move |_| {
+        let (weak, seen) = (Arc::downgrade(&counters), seen.clone());
+        counters.on_reclaim(move |slot| {
             let counters = weak.upgrade().unwrap();
-            let result = catch_unwind(AssertUnwindSafe(|| counters.for_each(|_| ())));
-            messages
-                .lock()
-                .unwrap()
-                .push(panic_text(result.unwrap_err()));
+            let mut visited = Vec::new();
+            counters.for_each(|n| visited.push(*n));
+            seen.lock().unwrap().push((*slot, visited));
         });
     }
-    for _ in 0..2 {
+    // Id 0 stays held by this thread (value 7); id 1's owner exits (value 5).
+    let _held = ids.enter();
+    counters.with(|n| *n = 7);
+    {
         let counters = counters.clone();
-        std::thread::spawn(move || counters.with(|n| *n += 1))
-            .join()
-            .unwrap();
+        let ids = ids.clone();
+        std::thread::spawn(move || {
+            let cid = ids.enter();
+            assert_eq!(cid.get(), 1);
+            counters.with(|n| *n = 5);
+        })
+        .join()
+        .unwrap();
     }
     sched.advance(SCAN);
-    let messages = messages.lock().unwrap();
-    assert_eq!(messages.len(), 1, "one slot was trimmed");
-    assert!(messages[0].contains("inside on_reclaim"), "{}", messages[0]);
-    assert_eq!(counters.live(), 0);
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        *seen,
+        vec![(5, vec![7])],
+        "one slot reclaimed, and the reader inside on_reclaim saw only the live one"
+    );
+    assert_eq!(counters.live(), 1);
 }
 
 #[test]

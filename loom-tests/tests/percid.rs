@@ -181,3 +181,96 @@ fn a_trim_at_exit_whose_callback_enters_the_space() {
         assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 1);
     });
 }
+
+/// Two owners that meet inside `with` (one waits, in its `with`, for the other's `with` to
+/// have run) while a reader sums. A reader that waited at W for the first owner with the
+/// second one's slot still flagged would close a cycle: the second owner waits for the
+/// reader, the reader for the first owner, the first owner for the second. The reader
+/// clears the later flags while it waits (U), so everything terminates (loom reports a
+/// deadlock otherwise) and the sums are exact.
+#[test]
+fn owners_waiting_for_each_other_inside_with_beside_a_reader() {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        let met = Arc::new((loom::sync::Mutex::new(false), loom::sync::Condvar::new()));
+        let waiter = {
+            let (counters, met) = (counters.clone(), met.clone());
+            thread::spawn(move || {
+                counters.with(|count| {
+                    count.add();
+                    let (ran, changed) = &*met;
+                    let mut ran = ran.lock().unwrap();
+                    while !*ran {
+                        ran = changed.wait(ran).unwrap();
+                    }
+                })
+            })
+        };
+        let signaller = {
+            let (counters, met) = (counters.clone(), met.clone());
+            thread::spawn(move || {
+                counters.with(|count| {
+                    count.add();
+                    let (ran, changed) = &*met;
+                    *ran.lock().unwrap() = true;
+                    changed.notify_all();
+                })
+            })
+        };
+        let reader = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        waiter.join().unwrap();
+        signaller.join().unwrap();
+        assert!(reader.join().unwrap() <= 2);
+        let last = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(last.join().unwrap(), 2);
+        assert_eq!(folded.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// The compaction scan runs inside an owner's `with` (a manual scheduler advanced there; a
+/// threaded one runs it on its worker, which an owner may wait for) while a reader sums.
+/// A trim that waited for the reader would close a cycle: the reader waits for the owner
+/// at W, the owner for the scan, the scan for the reader. The trim is left to the reader
+/// instead, which runs it after its pass, so everything terminates and the sums are exact.
+#[test]
+fn a_scan_inside_with_beside_a_reader() {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        let owner = {
+            let (counters, sched) = (counters.clone(), sched.clone());
+            thread::spawn(move || {
+                counters.with(|count| {
+                    count.add();
+                    sched.advance(SCAN);
+                })
+            })
+        };
+        let reader = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        owner.join().unwrap();
+        assert!(reader.join().unwrap() <= 1);
+        let last = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 1);
+    });
+}

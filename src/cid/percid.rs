@@ -10,11 +10,19 @@
 //!   describes, with no read-modify-write.
 //! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
 //!   space lock it takes the values of slots at or above the high water (owned by
-//!   nobody) and unlinks the arrays wholly above it; outside the lock it passes each
-//!   value to `on_reclaim`, exactly once, drops it, and frees the arrays. A value taken by
-//!   a trim is no longer in any slot, so no later `for_each` visits it.
+//!   nobody) and unlinks the arrays wholly above it; after letting go of both it passes
+//!   each value to `on_reclaim`, exactly once, drops it, and frees the arrays. A value
+//!   taken by a trim is no longer in any slot, so no later `for_each` visits it.
 //! - If the space's scheduler is gone, nothing scans: the thread-exit path trims instead
 //!   (`SpaceInner::release_thread`), so memory still shrinks when threads go away.
+//! - A trim never waits for a reader (`reader.rs`): it leaves its work to the reader
+//!   holding the gate, whose `for_each` runs the trim after its pass.
+//! - **One reclaimer at a time.** Trims can run on several threads at once (the worker,
+//!   exiting threads, readers), and the callback is taken out of its mutex while it runs
+//!   (so that it may set another). A trim queues the values it took; whichever trim
+//!   finds no one draining the queue passes every queued value to the callback, until the
+//!   queue is empty. No trim waits for another's callbacks, and none finds the callback
+//!   missing while another runs it.
 
 use std::sync::Arc;
 
@@ -30,6 +38,16 @@ use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
+/// The reclaim callback and the values waiting for it (see the module docs).
+struct Reclaimer<T> {
+    /// Taken out while a trim runs it, so it may set another.
+    callback: Option<Reclaim<T>>,
+    /// Values trims took, waiting for the callback.
+    queue: Vec<T>,
+    /// A trim is passing the queue to the callback.
+    draining: bool,
+}
+
 /// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
 /// see `slots.rs` and `reader.rs`.
 struct Storage<T> {
@@ -39,8 +57,8 @@ struct Storage<T> {
     gate: Gate,
     /// I: makes a slot's first value.
     init: Init<T>,
-    /// M: the reclaim callback; taken out while a trim runs it, so it may set another.
-    on_reclaim: Mutex<Option<Reclaim<T>>>,
+    /// M: the reclaim callback and its queue.
+    reclaimer: Mutex<Reclaimer<T>>,
     /// A: slots holding a value; owners add when they create one, trims subtract.
     live: AtomicUsize,
 }
@@ -55,39 +73,70 @@ unsafe impl<T: Send> Send for Storage<T> {}
 
 impl<T: Send + 'static> Trim for Storage<T> {
     fn trim(&self, space: &SpaceInner) {
-        let Some(_hold) = self.gate.enter_trim() else {
-            // This thread holds the gate further up its stack (see `enter_trim`).
-            return;
+        let detached = {
+            let Some(_hold) = self.gate.enter_trim() else {
+                // A reader holds the gate; it runs this trim after its pass.
+                return;
+            };
+            space.at_high_water(|high_water| {
+                // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
+                unsafe { self.buckets.detach_above(high_water) }
+            })
         };
-        let detached = space.at_high_water(|high_water| {
-            // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
-            unsafe { self.buckets.detach_above(high_water) }
-        });
         if detached.values.is_empty() && detached.arrays.is_empty() {
             return;
         }
         self.live
             .fetch_sub(detached.values.len(), Ordering::Relaxed);
-        let mut callback = lock(&self.on_reclaim).take();
-        for mut value in detached.values {
-            if let Some(callback) = callback.as_mut() {
-                contain(
-                    "a PerCid on_reclaim callback panicked; the slot is dropped",
-                    || callback(&mut value),
-                );
-            }
-            contain("dropping a reclaimed PerCid slot panicked", move || {
-                drop(value)
-            });
-        }
-        let mut current = lock(&self.on_reclaim);
-        if current.is_none() {
-            // Unless the callback set a new one meanwhile.
-            *current = callback;
-        }
-        drop(current);
+        self.reclaim(detached.values);
         // The arrays hold no values any more; freeing them runs no user code.
         drop(detached.arrays);
+    }
+}
+
+impl<T> Storage<T> {
+    /// Passes `values` to the reclaim callback and drops them, here or, if another trim
+    /// is draining the queue, on that trim's thread (see the module docs).
+    fn reclaim(&self, values: Vec<T>) {
+        let mut reclaimer = lock(&self.reclaimer);
+        reclaimer.queue.extend(values);
+        if reclaimer.draining {
+            return;
+        }
+        reclaimer.draining = true;
+        loop {
+            let batch = std::mem::take(&mut reclaimer.queue);
+            if batch.is_empty() {
+                reclaimer.draining = false;
+                return;
+            }
+            let mut callback = reclaimer.callback.take();
+            drop(reclaimer);
+            for mut value in batch {
+                if let Some(callback) = callback.as_mut() {
+                    contain(
+                        "a PerCid on_reclaim callback panicked; the slot is dropped",
+                        || callback(&mut value),
+                    );
+                }
+                contain("dropping a reclaimed PerCid slot panicked", move || {
+                    drop(value)
+                });
+            }
+            reclaimer = lock(&self.reclaimer);
+            if reclaimer.callback.is_none() {
+                reclaimer.callback = callback;
+            } else if let Some(replaced) = callback {
+                // The callback set a new one meanwhile; the old one's captures may panic
+                // on drop.
+                drop(reclaimer);
+                contain(
+                    "dropping a replaced PerCid on_reclaim callback panicked",
+                    || drop(replaced),
+                );
+                reclaimer = lock(&self.reclaimer);
+            }
+        }
     }
 }
 
@@ -174,7 +223,11 @@ impl<T: Send + 'static> PerCid<T> {
             buckets: Buckets::new(),
             gate: Gate::new(),
             init: Box::new(init),
-            on_reclaim: Mutex::new(None),
+            reclaimer: Mutex::new(Reclaimer {
+                callback: None,
+                queue: Vec::new(),
+                draining: false,
+            }),
             live: AtomicUsize::new(0),
         });
         let trim: Arc<dyn Trim> = storage.clone();
@@ -219,7 +272,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// duration), creating the value with `init` on first use.
     ///
     /// Takes no lock and does no atomic read-modify-write, except the first time a slot
-    /// gets a value, and except while a [`for_each`](Self::for_each) is visiting this
+    /// gets a value, and except while a [`for_each`](Self::for_each) has yet to visit this
     /// very slot: then it waits for that visit to end.
     ///
     /// # Panics
@@ -280,11 +333,14 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// It never sees a slot while its owner holds the `&mut T`: it waits for a `with` in
     /// progress on a slot before visiting it, and an owner that starts a `with` on a slot
-    /// being visited waits for that visit (which is why the callback should be short).
-    /// A slot created during the call may or may not be visited; a slot trimmed by the
-    /// compaction scan is never visited after its value went to
-    /// [`on_reclaim`](Self::on_reclaim), and the trim and its `on_reclaim` calls do not
-    /// run during a `for_each`. Calls from several threads take turns.
+    /// the reader has not visited yet waits for that visit (which is why the callback
+    /// should be short). While the reader waits for one owner, no other owner waits for
+    /// the reader, so owners may wait for each other inside `with`. A slot created during
+    /// the call may or may not be visited; a slot trimmed by the compaction scan is never
+    /// visited after its value was taken for [`on_reclaim`](Self::on_reclaim). A trim
+    /// never waits for a `for_each`: one that comes during the call is left to it, and runs
+    /// on the calling thread when the pass is over (its `on_reclaim` calls too). Calls
+    /// from several threads take turns.
     ///
     /// Like taking a read lock, calling it from inside `with` on *another* `PerCid`
     /// waits for that one's owners, and a `with` on another `PerCid` from inside the
@@ -296,7 +352,9 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// Instead of waiting for its own thread:
     /// - from inside `with` on the same `PerCid`;
-    /// - from inside `for_each` or `on_reclaim` of the same `PerCid`.
+    /// - from inside a `for_each` callback of the same `PerCid`.
+    ///
+    /// (From inside `on_reclaim` it works; the slot being reclaimed is not visited.)
     ///
     /// A panic in `f` propagates after the owners waiting for the visit are released.
     ///
@@ -332,6 +390,8 @@ impl<T: Send + 'static> PerCid<T> {
         T: Sync,
     {
         self.refuse_inside_own_with();
+        // Declared first, so it runs after `hold` let go of the gate, also on a panic.
+        let _deferred = DeferredTrim { percid: self };
         let hold = self.storage.gate.enter_reader();
         let linked = self.storage.buckets.linked();
         // SAFETY: `hold` holds the gate the snapshot was taken under.
@@ -357,12 +417,15 @@ impl<T: Send + 'static> PerCid<T> {
     }
 
     /// Sets the callback that receives a slot's value before a trim drops it. It runs on
-    /// the compaction work's thread (or, once the space's scheduler is gone, on a thread
-    /// that is exiting), outside the space's lock; a panic in it is caught and logged,
-    /// and the value is dropped.
+    /// the thread that trims: the compaction work's, or, once the space's scheduler is
+    /// gone, a thread that is exiting, or a thread whose [`for_each`](Self::for_each) a
+    /// trim was left to; and on one thread at a time (a trim that finds the callback busy
+    /// leaves its values to the thread running it). It runs outside every lock of the
+    /// space and this `PerCid`; a panic in it is caught and logged, and the value is
+    /// dropped.
     ///
     /// Every value trimmed after this call goes to the callback exactly once; a value
-    /// trimmed before it was dropped without it. Set it before the first
+    /// trimmed before it may have been dropped without it. Set it before the first
     /// [`with`](Self::with), or use [`with_reclaim`](Self::with_reclaim). The values
     /// still in their slots when the `PerCid` is dropped are dropped without it.
     ///
@@ -377,12 +440,29 @@ impl<T: Send + 'static> PerCid<T> {
     /// caches.on_reclaim(|cache| cache.clear());
     /// ```
     pub fn on_reclaim(&self, callback: impl FnMut(&mut T) + Send + 'static) {
-        *lock(&self.storage.on_reclaim) = Some(Box::new(callback));
+        let replaced = lock(&self.storage.reclaimer)
+            .callback
+            .replace(Box::new(callback));
+        // Outside the lock: the old callback's captures may call back in as they drop.
+        drop(replaced);
     }
 
     /// Slots that currently hold a value.
     pub fn live(&self) -> usize {
         self.storage.live.load(Ordering::Relaxed)
+    }
+}
+
+/// After a `for_each` let go of the gate: runs the trims deferred to it.
+struct DeferredTrim<'p, T: Send + 'static> {
+    percid: &'p PerCid<T>,
+}
+
+impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
+    fn drop(&mut self) {
+        if self.percid.storage.gate.take_deferred_trim() {
+            self.percid.storage.trim(&self.percid.space);
+        }
     }
 }
 

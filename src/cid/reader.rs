@@ -14,13 +14,14 @@
 //!  borrowed := 1                        (B)      every linked slot: reading := FLAGGED (F)
 //!  light barrier                                 heavy barrier (membarrier)
 //!  if reading != IDLE (acquire):        (L)      for each slot:
-//!    borrowed := 0 (release), notify,              under the gate lock, wait while
-//!    wait until reading == IDLE, retry B             borrowed != 0 (acquire)            (W)
-//!  f(&mut value)                                   reading := VISITING; f(&value)
-//!  borrowed := 0 (release)              (E)        under the gate lock:
-//!  light barrier                                     reading := IDLE (release), notify  (D)
-//!  if reading != IDLE: notify           (N)
-//!    (under the gate lock)
+//!    borrowed := 0 (release), notify,              under the gate lock, if borrowed != 0:
+//!    wait until reading == IDLE, retry B             the later slots := IDLE, notify    (U)
+//!  f(&mut value)                                     wait while borrowed != 0 (acq.)    (W)
+//!  borrowed := 0 (release)              (E)        reading := VISITING; f(&value)
+//!  light barrier                                   under the gate lock:
+//!  if reading != IDLE: notify           (N)          reading := IDLE (release), notify  (D)
+//!    (under the gate lock)                         after a U: F and the heavy barrier
+//!                                                    again for the later slots
 //! ```
 //!
 //! - **Exclusion.** B→L and F→W are store→load pairs, and the heavy barrier puts a full
@@ -38,6 +39,11 @@
 //!   checks `borrowed` under that lock, so the notify cannot fall between its check and
 //!   its wait. An owner waits at L under the gate lock for `reading == IDLE`, which D
 //!   writes under the same lock.
+//! - **Waiting for one owner at a time.** While the reader waits at W for one owner, no
+//!   other slot is flagged (U cleared the later ones; the earlier ones are done): an
+//!   owner inside `with` may wait for another owner's `with` (a barrier, a channel)
+//!   without a deadlock. Each U costs one more heavy barrier, paid only when the reader
+//!   meets a slot in use.
 //! - **Owner cost.** `with` adds two relaxed stores, two acquire loads and two compiler
 //!   fences (real fences only where membarrier is unavailable) to the pin protocol: no
 //!   read-modify-write, no lock, unless a reader has flagged its slot.
@@ -45,12 +51,17 @@
 //! # Reader against trim
 //!
 //! A trim takes values out of slots and frees arrays, so it must not run beside a
-//! reader. Both take the **gate**, a flag under a mutex that is never held while user
-//! code runs or while the space lock is taken: a reader holds it for its whole pass, a
-//! trim from before it takes the space lock until its `on_reclaim` calls are done. A
-//! waiting trim goes before new readers, so a reader calling `for_each` in a loop cannot
-//! starve the trim (and memory). Because the reclaim callbacks run inside the trim's hold,
-//! a reader never sees a slot's value both in its slot and in what `on_reclaim` folded.
+//! reader. Both take the **gate**, a flag under a mutex: a reader holds it for its whole
+//! pass, a trim only while it detaches values and arrays under the space lock (no user
+//! code). Its `on_reclaim` calls run after it let go (`percid.rs`).
+//!
+//! **A trim never waits for a reader.** A reader can wait for owners, and owners for
+//! anything (the compaction work's next run, a thread's exit, the reader's callback), and
+//! trims run on the scheduler's worker and on exiting threads. A trim that finds a reader
+//! holding the gate marks the gate `trim_deferred` and returns; the reader that holds the
+//! gate then runs the trim on its own thread once it let go (`PerCid::for_each`), so a
+//! reader calling `for_each` in a loop cannot starve the trim (and memory). A trim waits
+//! only for another trim's detach, and new readers wait behind waiting trims.
 //!
 //! # Re-entrancy on one thread
 //!
@@ -60,8 +71,8 @@
 //!   only `FLAGGED` is not being read (the reader is on this thread's stack, elsewhere),
 //!   so the owner goes on; a slot `VISITING` is behind the `&T` the callback holds, so
 //!   `with` panics.
-//! - `for_each` inside `for_each`'s callback, or inside `on_reclaim`: the gate is held
-//!   by this thread; it panics instead of waiting for itself.
+//! - `for_each` inside `for_each`'s callback: the gate is held by this thread; it panics
+//!   instead of waiting for itself. Inside `on_reclaim` it works: the trim let go first.
 //!
 //! A `for_each` inside `with` on *another* `PerCid` waits for that one's owners, and a
 //! `with` inside a `for_each` callback waits for another `PerCid`'s reader that flagged
@@ -69,11 +80,9 @@
 //! lock: two threads nesting two `PerCid`s in opposite orders deadlock, as with two
 //! `RwLock`s. The docs of `for_each` say so.
 //!
-//! A trim that finds the gate held by its own thread skips (`enter_trim` returns `None`):
-//! once the scheduler is gone a thread's exit trims, and an `on_reclaim` (or a `for_each`
-//! callback in a late thread-local destructor) that enters the space makes a late id
-//! whose release trims again on the same thread. The skipped work is done by the next
-//! trim.
+//! A trim on the reader's own thread (once the scheduler is gone a thread's exit trims,
+//! and a `for_each` callback can release an id) is deferred like any other: the
+//! reader runs it after its pass.
 
 use super::barrier;
 use super::slots::Slot;
@@ -119,8 +128,10 @@ enum Holder {
 #[derive(Debug)]
 struct GateState {
     holder: Holder,
-    /// Trims waiting for the gate; new readers wait behind them.
+    /// Trims waiting for the gate (behind another trim); new readers wait behind them.
     trims_waiting: usize,
+    /// A trim found a reader holding the gate and left its work to it.
+    trim_deferred: bool,
 }
 
 /// Excludes readers and trims of one storage from each other, and carries the wakeups of
@@ -143,6 +154,7 @@ impl Gate {
             state: Mutex::new(GateState {
                 holder: Holder::Free,
                 trims_waiting: 0,
+                trim_deferred: false,
             }),
             changed: Condvar::new(),
             reader: AtomicUsize::new(0),
@@ -153,8 +165,8 @@ impl Gate {
     ///
     /// # Panics
     ///
-    /// If this thread holds it already (a `for_each` inside `for_each` or `on_reclaim` on
-    /// the same storage).
+    /// If this thread holds it already (a `for_each` inside `for_each` on the same
+    /// storage).
     pub(super) fn enter_reader(&self) -> GateHold<'_> {
         let me = thread_tag();
         let mut state = lock(&self.state);
@@ -163,11 +175,6 @@ impl Gate {
                 Holder::Reader(tag) if tag == me => panic!(
                     "PerCid::for_each called from inside a for_each callback on the same \
                      PerCid; collect what you need and iterate again after it returns"
-                ),
-                Holder::Trim(tag) if tag == me => panic!(
-                    "PerCid::for_each called from inside on_reclaim on the same PerCid; the \
-                     slot being reclaimed is passed to the callback, the others are not \
-                     reachable from it"
                 ),
                 Holder::Free if state.trims_waiting == 0 => break,
                 _ => state = wait(&self.changed, state),
@@ -178,25 +185,44 @@ impl Gate {
         GateHold { gate: self }
     }
 
-    /// Takes the gate for a trim, ahead of readers that come later; `None` if this thread
-    /// holds it already (a reader whose callback, or a trim whose `on_reclaim`, released
-    /// an id, which trims again at thread exit once the scheduler is gone): the trim is
-    /// skipped rather than waiting for its own thread; a later one does its work.
+    /// Takes the gate for a trim, ahead of readers that come later; `None` if a reader
+    /// holds it: the trim is deferred to that reader (see the module docs), never
+    /// waited for. Waits only while another trim detaches.
     pub(super) fn enter_trim(&self) -> Option<GateHold<'_>> {
         let me = thread_tag();
         let mut state = lock(&self.state);
-        if let Holder::Reader(tag) | Holder::Trim(tag) = state.holder {
-            if tag == me {
-                return None;
+        loop {
+            match state.holder {
+                Holder::Free => break,
+                // A trim holds the gate only while it detaches, which runs no user code and
+                // cannot come back here on its own thread.
+                Holder::Trim(tag) => debug_assert_ne!(tag, me),
+                Holder::Reader(_) => {
+                    state.trim_deferred = true;
+                    return None;
+                }
             }
-        }
-        state.trims_waiting += 1;
-        while state.holder != Holder::Free {
+            state.trims_waiting += 1;
             state = wait(&self.changed, state);
+            state.trims_waiting -= 1;
         }
-        state.trims_waiting -= 1;
+        // This trim does the work of any deferred one.
+        state.trim_deferred = false;
         state.holder = Holder::Trim(me);
         Some(GateHold { gate: self })
+    }
+
+    /// For a reader that has let go of the gate: whether a trim was deferred to it and no
+    /// one else has the gate now (then the caller runs the trim; otherwise the reader or
+    /// trim holding the gate takes care of it).
+    pub(super) fn take_deferred_trim(&self) -> bool {
+        let mut state = lock(&self.state);
+        if state.holder == Holder::Free && state.trim_deferred {
+            state.trim_deferred = false;
+            true
+        } else {
+            false
+        }
     }
 
     /// The owner's side after it saw `reading != IDLE` at L (its `borrowed` is 1): waits
@@ -253,8 +279,9 @@ pub(super) struct GateHold<'a> {
 }
 
 impl GateHold<'_> {
-    /// The reader's pass over `slots` (F, the heavy barrier, then W, visit, D per slot).
-    /// `visit` is called for every slot that holds a value, with no lock held.
+    /// The reader's pass over `slots` (F, the heavy barrier, then W, visit, D per slot;
+    /// U and F again around a wait). `visit` is called for every slot that holds a value,
+    /// with no lock held.
     pub(super) fn read<'s, T: 's>(
         &self,
         slots: impl Iterator<Item = &'s Slot<T>> + Clone,
@@ -285,10 +312,20 @@ impl GateHold<'_> {
         };
         barrier::heavy();
         let gate = self.gate;
-        for slot in pending.rest.by_ref() {
+        while let Some(slot) = pending.rest.next() {
             let mut state = lock(&gate.state);
-            while slot.borrowed.load(Ordering::Acquire) != 0 {
-                state = wait(&gate.changed, state);
+            let mut unflagged_later = false;
+            if slot.borrowed.load(Ordering::Acquire) != 0 {
+                // U: while this owner finishes, the later owners must not wait for this
+                // reader (this owner may be waiting for one of them).
+                for later in pending.rest.clone() {
+                    later.reading.store(IDLE, Ordering::Release);
+                    unflagged_later = true;
+                }
+                gate.changed.notify_all();
+                while slot.borrowed.load(Ordering::Acquire) != 0 {
+                    state = wait(&gate.changed, state);
+                }
             }
             slot.reading.store(VISITING, Ordering::Relaxed);
             drop(state);
@@ -304,7 +341,7 @@ impl GateHold<'_> {
                     self.gate.changed.notify_all();
                 }
             }
-            let _done = Done { slot, gate };
+            let done = Done { slot, gate };
             slot.value.with(|value| {
                 // SAFETY: the slot is flagged and was seen not borrowed after the heavy
                 // barrier, so no owner holds `&mut` to it until D (see the module docs);
@@ -313,6 +350,14 @@ impl GateHold<'_> {
                     visit(value);
                 }
             });
+            drop(done);
+            if unflagged_later {
+                // F and the heavy barrier again for the slots U cleared.
+                for later in pending.rest.clone() {
+                    later.reading.store(FLAGGED, Ordering::Relaxed);
+                }
+                barrier::heavy();
+            }
         }
     }
 }

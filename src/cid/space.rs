@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::barrier;
 use super::ids::IdSet;
 use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, ORPHANED, PINS, PIN_ONE};
+use crate::scheduler::run::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
 
@@ -172,6 +173,11 @@ impl SpaceInner {
         };
         for trim in trims {
             trim.trim(self);
+            // A trim's `on_reclaim` may have dropped the `PerCid`'s last handle: then its
+            // slots' values are dropped here, and their destructors may panic.
+            contain("dropping a PerCid from its trim panicked", move || {
+                drop(trim)
+            });
         }
     }
 
@@ -273,7 +279,13 @@ impl SpaceInner {
             // Trims run in the scan, which does not run in the child.
             return;
         }
-        lock(&self.state).trims.push(trim);
+        let mut state = lock(&self.state);
+        if state.trims.len() == state.trims.capacity() {
+            // Before the list grows, forget the storages of dropped `PerCid`s: each `Weak`
+            // keeps its allocation, and nothing else prunes while no scan or exit trims.
+            state.trims.retain(|trim| trim.strong_count() > 0);
+        }
+        state.trims.push(trim);
     }
 
     pub(crate) fn high_water(&self) -> usize {
@@ -549,6 +561,23 @@ impl IdSpace {
     /// thread may have held it at the fork): the forking thread keeps its id, other
     /// threads get fresh ids above the high water at the fork, unique but neither reused
     /// nor compacted. Make a new `IdSpace` after the fork for dense ids.
+    ///
+    /// # Panics
+    ///
+    /// If the thread already holds 2<sup>31</sup> - 1 guards of this space (on 64-bit
+    /// targets; 2<sup>15</sup> - 1 on 32-bit ones), which only leaked guards can reach.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{IdSpace, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let outer = ids.enter();
+    /// let inner = ids.enter(); // nested: the same id
+    /// assert_eq!(outer.get(), inner.get());
+    /// ```
     #[inline]
     pub fn enter(&self) -> Cid<'_> {
         self.inner.enter()

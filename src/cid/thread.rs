@@ -116,22 +116,27 @@ fn exit_hook(records: &mut Records) {
     // The cache must not point into records that are going away.
     // `try_with`: loom destroys its mock thread-locals in any order.
     let _ = LAST.try_with(|last| last.set(NO_RECORD));
-    let mut orphans = Records::new();
-    for (serial, record) in records.drain(..) {
+    let (mut orphans, unpinned): (Records, Records) = records
+        .drain(..)
+        .partition(|(_, record)| pinned(record.pin.load(Ordering::Relaxed)));
+    for (_, record) in &orphans {
         let pin = record.pin.load(Ordering::Relaxed);
-        if pinned(pin) {
-            // Relaxed: only this thread reads the bit; the scan only asks `pinned`.
-            record.pin.store(pin | ORPHANED, Ordering::Relaxed);
-            orphans.push((serial, record));
-        } else if let Some(space) = record.space.upgrade() {
-            space.release_thread(&record);
-        }
+        // Relaxed: only this thread reads the bit; the scan only asks `pinned`.
+        record.pin.store(pin | ORPHANED, Ordering::Relaxed);
     }
+    // The orphans go where `enter()` looks first, before any release below runs user code
+    // (a trim's `on_reclaim` once the scheduler is gone): a nested enter there must find
+    // the pinned record and return its id.
     if !orphans.is_empty() && with_orphans(|list| list.append(&mut orphans)).is_none() {
         // Unreachable: `ORPHANS` has no destructor (in loom builds it is first used
         // here, after loom took the thread's locals away). Freeing the records would
         // free them under live guards; leak them, and their ids, instead.
         std::mem::forget(orphans);
+    }
+    for (_, record) in unpinned {
+        if let Some(space) = record.space.upgrade() {
+            space.release_thread(&record);
+        }
     }
 }
 
