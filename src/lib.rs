@@ -322,7 +322,8 @@
 //!   M, a `PerCid` holds about what a fresh one used by M threads holds.
 //! - `PerCid::for_each` runs on any thread beside the owners' `with` and never sees a
 //!   slot while its owner holds the `&mut T`; the owners' side stays free of atomic
-//!   read-modify-write (the reader pays a `membarrier`).
+//!   read-modify-write (the reader pays a `membarrier`). Neither the compaction scan nor
+//!   a thread's exit ever waits for a reader.
 //!
 //! `tests/README.md` in the repository lists, for each guarantee, the tests and loom models
 //! that pin it.

@@ -34,8 +34,10 @@
 //! 9. [`PerCid::for_each`] (for `T: Sync`) runs on any thread while owners keep calling
 //!    `with`: it never sees a slot while its owner holds the `&mut T`, the owner's `with`
 //!    stays free of atomic read-modify-write, and a trimmed slot is never visited after
-//!    its value went to `on_reclaim`. The protocol (the pin protocol again, with the
-//!    reader in the reclaimer's place) is written down in `reader.rs`.
+//!    its value went to `on_reclaim`. While it waits for one owner no other owner waits
+//!    for it, and no trim ever waits for it (the trim is left to the reader). The protocol
+//!    (the pin protocol again, with the reader in the reclaimer's place) is written down
+//!    in `reader.rs`.
 //! 10. After a shrink from N to M threads, one scan after the survivors moved down, a
 //!     `PerCid`'s heap is what a fresh one used by M threads holds (`tests/percid_memory.rs`).
 //!
