@@ -422,7 +422,10 @@ impl<T: Send + 'static> PerCid<T> {
     /// trim was left to; and on one thread at a time (a trim that finds the callback busy
     /// leaves its values to the thread running it). It runs outside every lock of the
     /// space and this `PerCid`; a panic in it is caught and logged, and the value is
-    /// dropped.
+    /// dropped. (So a callback that folds into another `PerCid` `X` through `X.with`
+    /// loses the value if it runs at the end of a `for_each` called from inside `X.with`
+    /// on the same thread: that `with` is re-entrant and panics. Fold into an atomic, or
+    /// call `for_each` outside `X.with`.)
     ///
     /// Every value trimmed after this call goes to the callback exactly once; a value
     /// trimmed before it may have been dropped without it. Set it before the first
