@@ -137,10 +137,12 @@ fn owner_backs_off_for_a_flagged_slot() {
 }
 
 /// Once the scheduler is gone, a thread's exit trims, and `on_reclaim` runs on the exiting
-/// thread while its trim holds the gate. Here the callback enters the space (as folding
-/// into another `PerCid` does): that makes a late id whose release trims again on the same
-/// thread, which must skip the gate it already holds rather than wait for itself. A
-/// reader runs meanwhile. Everything terminates and every increment is live or folded.
+/// thread. Here the callback calls `with` on its own `PerCid` (as folding into a
+/// `PerCid` does): that makes a late id and a new value, whose release trims again on the
+/// same thread, inside its own `on_reclaim` calls. That trim must return rather than hand
+/// the new value straight back to the callback (for ever: loom reports the unbounded
+/// execution). A reader runs meanwhile. Everything terminates and every increment is live
+/// or folded.
 #[test]
 fn a_trim_at_exit_whose_callback_enters_the_space() {
     let mut model = loom::model::Builder::new();
@@ -150,15 +152,20 @@ fn a_trim_at_exit_whose_callback_enters_the_space() {
         let ids = Arc::new(IdSpace::new(&sched));
         let folded = Arc::new(AtomicU64::new(0));
         let counters = {
-            let (ids, folded) = (ids.clone(), folded.clone());
-            Arc::new(PerCid::with_reclaim(
-                &ids.clone(),
-                || Count(UnsafeCell::new(0)),
-                move |count: &mut Count| {
-                    let _late = ids.enter();
-                    folded.fetch_add(count.get(), Ordering::SeqCst);
-                },
-            ))
+            let folded = folded.clone();
+            Arc::new_cyclic(|this: &std::sync::Weak<PerCid<Count>>| {
+                let this = this.clone();
+                PerCid::with_reclaim(
+                    &ids,
+                    || Count(UnsafeCell::new(0)),
+                    move |count: &mut Count| {
+                        folded.fetch_add(count.get(), Ordering::SeqCst);
+                        if let Some(counters) = this.upgrade() {
+                            counters.with(|_| ());
+                        }
+                    },
+                )
+            })
         };
         drop(sched);
         let exiting = {

@@ -16,7 +16,15 @@
 //! - If the space's scheduler is gone, nothing scans: the thread-exit path trims instead
 //!   (`SpaceInner::release_thread`), so memory still shrinks when threads go away.
 //! - A trim never waits for a reader (`reader.rs`): it leaves its work to the reader
-//!   holding the gate, whose `for_each` runs the trim after its pass.
+//!   holding the gate, whose `for_each` detaches after its pass and queues the values
+//!   for the compaction work (`DeferredTrim`). `on_reclaim` never runs on a reader's
+//!   or an owner's stack, which may be inside a `with` the callback needs. Readers visit
+//!   the queue too (taking the values out while they visit, so no lock is held during
+//!   the callback), so a value is always either in a slot, queued (both visited), or
+//!   in an `on_reclaim` call.
+//! - A trim inside its own thread's `on_reclaim` calls (a callback whose `with` made a
+//!   late id during a thread exit) returns at once: it would pass the value that `with`
+//!   just made straight back to the callback, for ever.
 //! - **One reclaimer at a time.** Trims can run on several threads at once (the worker,
 //!   exiting threads, readers), and the callback is taken out of its mutex while it runs
 //!   (so that it may set another). A trim queues the values it took; whichever trim
@@ -27,7 +35,7 @@
 use std::sync::Arc;
 
 use super::barrier;
-use super::reader::{Gate, IDLE};
+use super::reader::{thread_tag, Gate, IDLE};
 use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
 use super::thread;
@@ -44,8 +52,8 @@ struct Reclaimer<T> {
     callback: Option<Reclaim<T>>,
     /// Values trims took, waiting for the callback.
     queue: Vec<T>,
-    /// A trim is passing the queue to the callback.
-    draining: bool,
+    /// The tag of the thread passing the queue to the callback, or 0.
+    drainer: usize,
 }
 
 /// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
@@ -73,41 +81,83 @@ unsafe impl<T: Send> Send for Storage<T> {}
 
 impl<T: Send + 'static> Trim for Storage<T> {
     fn trim(&self, space: &SpaceInner) {
+        let me = thread_tag();
+        if lock(&self.reclaimer).drainer == me {
+            // Inside this thread's own `on_reclaim` calls (a callback whose `with` made a
+            // late id at a thread exit, whose release trims again): taking the value that
+            // `with` just made would hand it to the callback again, for ever. A later trim
+            // takes it.
+            return;
+        }
+        let values = self.detach(space).unwrap_or_default();
+        // Also when a reader holds the gate: values readers detached wait in the queue.
+        self.reclaim(values, me);
+    }
+}
+
+impl<T> Storage<T> {
+    /// Takes the values of the slots at or above the high water and frees the arrays
+    /// wholly above it; `None` if a reader holds the gate (the trim is left to it).
+    fn detach(&self, space: &SpaceInner) -> Option<Vec<T>> {
         let detached = {
-            let Some(_hold) = self.gate.enter_trim() else {
-                // A reader holds the gate; it runs this trim after its pass.
-                return;
-            };
+            let _hold = self.gate.enter_trim()?;
             space.at_high_water(|high_water| {
                 // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
                 unsafe { self.buckets.detach_above(high_water) }
             })
         };
-        if detached.values.is_empty() && detached.arrays.is_empty() {
-            return;
-        }
         self.live
             .fetch_sub(detached.values.len(), Ordering::Relaxed);
-        self.reclaim(detached.values);
         // The arrays hold no values any more; freeing them runs no user code.
         drop(detached.arrays);
+        Some(detached.values)
     }
-}
 
-impl<T> Storage<T> {
-    /// Passes `values` to the reclaim callback and drops them, here or, if another trim
-    /// is draining the queue, on that trim's thread (see the module docs).
-    fn reclaim(&self, values: Vec<T>) {
-        let mut reclaimer = lock(&self.reclaimer);
-        reclaimer.queue.extend(values);
-        if reclaimer.draining {
+    /// A reader's visit of the values queued for the callback: they are neither in a slot
+    /// nor passed on yet, and a sum must not miss them. The reader takes them out of the
+    /// queue while it visits (so a drainer passes on only the others; no lock is held
+    /// while `visit` runs) and puts them back.
+    fn visit_queued(&self, visit: &mut impl FnMut(&T)) {
+        let queued = std::mem::take(&mut lock(&self.reclaimer).queue);
+        if queued.is_empty() {
             return;
         }
-        reclaimer.draining = true;
+        /// Puts the values back, also if `visit` panics.
+        struct PutBack<'s, T> {
+            storage: &'s Storage<T>,
+            values: Vec<T>,
+        }
+        impl<T> Drop for PutBack<'_, T> {
+            fn drop(&mut self) {
+                let mut reclaimer = lock(&self.storage.reclaimer);
+                let mut values = std::mem::take(&mut self.values);
+                values.append(&mut reclaimer.queue);
+                reclaimer.queue = values;
+            }
+        }
+        let queued = PutBack {
+            storage: self,
+            values: queued,
+        };
+        for value in &queued.values {
+            visit(value);
+        }
+    }
+
+    /// Queues `values` for the reclaim callback and, unless a thread is passing the queue
+    /// to the callback already, passes it on here (`me` is this thread's tag) until it is
+    /// empty (see the module docs).
+    fn reclaim(&self, values: Vec<T>, me: usize) {
+        let mut reclaimer = lock(&self.reclaimer);
+        reclaimer.queue.extend(values);
+        if reclaimer.drainer != 0 || reclaimer.queue.is_empty() {
+            return;
+        }
+        reclaimer.drainer = me;
         loop {
             let batch = std::mem::take(&mut reclaimer.queue);
             if batch.is_empty() {
-                reclaimer.draining = false;
+                reclaimer.drainer = 0;
                 return;
             }
             let mut callback = reclaimer.callback.take();
@@ -226,7 +276,7 @@ impl<T: Send + 'static> PerCid<T> {
             reclaimer: Mutex::new(Reclaimer {
                 callback: None,
                 queue: Vec::new(),
-                draining: false,
+                drainer: 0,
             }),
             live: AtomicUsize::new(0),
         });
@@ -337,10 +387,15 @@ impl<T: Send + 'static> PerCid<T> {
     /// should be short). While the reader waits for one owner, no other owner waits for
     /// the reader, so owners may wait for each other inside `with`. A slot created during
     /// the call may or may not be visited; a slot trimmed by the compaction scan is never
-    /// visited after its value was taken for [`on_reclaim`](Self::on_reclaim). A trim
-    /// never waits for a `for_each`: one that comes during the call is left to it, and runs
-    /// on the calling thread when the pass is over (its `on_reclaim` calls too). Calls
-    /// from several threads take turns.
+    /// visited after its value was passed to [`on_reclaim`](Self::on_reclaim); values a
+    /// trim took that wait for the callback are visited too, so a sum of the slots plus
+    /// what `on_reclaim` folded misses nothing but the values the callback is being
+    /// called with at that moment. A trim never waits for a `for_each`: one that comes
+    /// during the call is left to it, and when the pass is over the calling thread takes
+    /// the values above the high water out of their slots and frees the arrays (no user
+    /// code); the compaction work passes them to `on_reclaim` at its next run (without a
+    /// scheduler, the next thread exit's trim or the `PerCid`'s drop). Calls from several
+    /// threads take turns.
     ///
     /// Like taking a read lock, calling it from inside `with` on *another* `PerCid`
     /// waits for that one's owners, and a `with` on another `PerCid` from inside the
@@ -394,8 +449,11 @@ impl<T: Send + 'static> PerCid<T> {
         let _deferred = DeferredTrim { percid: self };
         let hold = self.storage.gate.enter_reader();
         let linked = self.storage.buckets.linked();
+        let mut f = f;
         // SAFETY: `hold` holds the gate the snapshot was taken under.
-        hold.read(unsafe { linked.slots() }, f);
+        hold.read(unsafe { linked.slots() }, &mut f);
+        // Still under the gate, so no value moves from a slot to the queue meanwhile.
+        self.storage.visit_queued(&mut f);
     }
 
     /// Panics if the calling thread is inside `with` on this `PerCid`: a reader would
@@ -417,15 +475,13 @@ impl<T: Send + 'static> PerCid<T> {
     }
 
     /// Sets the callback that receives a slot's value before a trim drops it. It runs on
-    /// the thread that trims: the compaction work's, or, once the space's scheduler is
-    /// gone, a thread that is exiting, or a thread whose [`for_each`](Self::for_each) a
-    /// trim was left to; and on one thread at a time (a trim that finds the callback busy
-    /// leaves its values to the thread running it). It runs outside every lock of the
-    /// space and this `PerCid`; a panic in it is caught and logged, and the value is
-    /// dropped. (So a callback that folds into another `PerCid` `X` through `X.with`
-    /// loses the value if it runs at the end of a `for_each` called from inside `X.with`
-    /// on the same thread: that `with` is re-entrant and panics. Fold into an atomic, or
-    /// call `for_each` outside `X.with`.)
+    /// the compaction work's thread, or, once the space's scheduler is gone, on a thread
+    /// that is exiting; never on a thread calling `with` or
+    /// [`for_each`](Self::for_each). It runs on one thread at a time (a trim that finds
+    /// the callback busy leaves its values to the thread running it), outside every lock
+    /// of the space and this `PerCid`; a panic in it is caught and logged, and the value
+    /// is dropped. A `with` on this `PerCid` from inside it works, and the value it makes
+    /// is trimmed later, not passed back at once.
     ///
     /// Every value trimmed after this call goes to the callback exactly once; a value
     /// trimmed before it may have been dropped without it. Set it before the first
@@ -456,15 +512,39 @@ impl<T: Send + 'static> PerCid<T> {
     }
 }
 
-/// After a `for_each` let go of the gate: runs the trims deferred to it.
+impl<T> Drop for Storage<T> {
+    /// Values a trim took are promised to `on_reclaim`, also if the `PerCid` goes first.
+    fn drop(&mut self) {
+        self.reclaim(Vec::new(), thread_tag());
+    }
+}
+
+/// After a `for_each` let go of the gate: the part of a trim left to it that runs no
+/// user code. It detaches the values above the high water into the queue (where readers
+/// still visit them) and frees the arrays, so a reader in a loop cannot starve the trims;
+/// the compaction work passes the values to `on_reclaim` at its next run (without a
+/// scheduler, the next thread exit's trim or the `PerCid`'s drop does). The callbacks
+/// never run on the reader's stack, which may be inside a `with` the callback needs.
 struct DeferredTrim<'p, T: Send + 'static> {
     percid: &'p PerCid<T>,
 }
 
 impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
     fn drop(&mut self) {
-        if self.percid.storage.gate.take_deferred_trim() {
-            self.percid.storage.trim(&self.percid.space);
+        let PerCid { space, storage } = self.percid;
+        if storage.gate.take_deferred_trim() {
+            if let Some(values) = storage.detach(space) {
+                lock(&storage.reclaimer).queue.extend(values);
+            }
+        }
+        let waiting = {
+            let reclaimer = lock(&storage.reclaimer);
+            !reclaimer.queue.is_empty() && reclaimer.drainer == 0
+        };
+        if waiting {
+            // The compaction work's next run passes them on (without a scheduler, the next
+            // thread exit's trim or the `PerCid`'s drop does).
+            space.request_trim();
         }
     }
 }

@@ -59,9 +59,10 @@
 //! anything (the compaction work's next run, a thread's exit, the reader's callback), and
 //! trims run on the scheduler's worker and on exiting threads. A trim that finds a reader
 //! holding the gate marks the gate `trim_deferred` and returns; the reader that holds the
-//! gate then runs the trim on its own thread once it let go (`PerCid::for_each`), so a
-//! reader calling `for_each` in a loop cannot starve the trim (and memory). A trim waits
-//! only for another trim's detach, and new readers wait behind waiting trims.
+//! gate then detaches the values and arrays itself once it let go (`PerCid::for_each`;
+//! no user code), so a reader calling `for_each` in a loop cannot starve the trim (and
+//! memory), and the compaction work passes the values to `on_reclaim` at its next run. A
+//! trim waits only for another trim's detach, and new readers wait behind waiting trims.
 //!
 //! # Re-entrancy on one thread
 //!
@@ -81,8 +82,7 @@
 //! `RwLock`s. The docs of `for_each` say so.
 //!
 //! A trim on the reader's own thread (once the scheduler is gone a thread's exit trims,
-//! and a `for_each` callback can release an id) is deferred like any other: the
-//! reader runs it after its pass.
+//! and a `for_each` callback can release an id) is deferred like any other.
 
 use super::barrier;
 use super::slots::Slot;
@@ -104,7 +104,7 @@ thread_local! {
 /// A number no other thread has (0 and 1 are never given out): drawn from a counter at
 /// the thread's first reader-protocol call. Only cold paths ask for it. A std atomic: it
 /// is not part of any modelled protocol, and loom's thread-local addresses can repeat.
-fn thread_tag() -> usize {
+pub(super) fn thread_tag() -> usize {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(2);
     THREAD_TAG
         .try_with(|tag| {

@@ -181,6 +181,12 @@ impl SpaceInner {
         }
     }
 
+    /// Asks the compaction work to run within a scan period (its trims pass what readers
+    /// detached to `on_reclaim`).
+    pub(crate) fn request_trim(&self) {
+        self.work.touch();
+    }
+
     /// Runs `f` with the current high water, under the space lock: no id at or above it
     /// is owned, and none can be taken until `f` returns. `f` must not run user code.
     pub(crate) fn at_high_water<R>(&self, f: impl FnOnce(usize) -> R) -> R {
