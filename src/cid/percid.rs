@@ -67,7 +67,9 @@ struct Storage<T> {
     init: Init<T>,
     /// M: the reclaim callback and its queue.
     reclaimer: Mutex<Reclaimer<T>>,
-    /// A: slots holding a value; owners add when they create one, trims subtract.
+    /// A: values not yet reclaimed (in a slot, queued, or in an `on_reclaim` call): owners
+    /// add when they create one; a reclaim subtracts after the callback and the drop, with
+    /// release, so a reader of `live()` sees what the callback did.
     live: AtomicUsize,
 }
 
@@ -106,8 +108,6 @@ impl<T> Storage<T> {
                 unsafe { self.buckets.detach_above(high_water) }
             })
         };
-        self.live
-            .fetch_sub(detached.values.len(), Ordering::Relaxed);
         // The arrays hold no values any more; freeing them runs no user code.
         drop(detached.arrays);
         Some(detached.values)
@@ -172,6 +172,7 @@ impl<T> Storage<T> {
                 contain("dropping a reclaimed PerCid slot panicked", move || {
                     drop(value)
                 });
+                self.live.fetch_sub(1, Ordering::Release);
             }
             reclaimer = lock(&self.reclaimer);
             if reclaimer.callback.is_none() {
@@ -506,9 +507,11 @@ impl<T: Send + 'static> PerCid<T> {
         drop(replaced);
     }
 
-    /// Slots that currently hold a value.
+    /// Values not yet reclaimed: in a slot, or taken by a trim and not yet through
+    /// `on_reclaim` and dropped. Once it has dropped to what the live threads hold,
+    /// everything the callback did for the others is visible to the caller.
     pub fn live(&self) -> usize {
-        self.storage.live.load(Ordering::Relaxed)
+        self.storage.live.load(Ordering::Acquire)
     }
 }
 
