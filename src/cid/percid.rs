@@ -21,7 +21,9 @@
 //!   or an owner's stack, which may be inside a `with` the callback needs. Readers visit
 //!   the queue too (taking the values out while they visit, so no lock is held during
 //!   the callback), so a value is always either in a slot, queued (both visited), or
-//!   in an `on_reclaim` call.
+//!   in an `on_reclaim` call. Readers and drainers both take one value at a time out of
+//!   the queue, so neither keeps the other from the rest: a sum misses at most the value
+//!   in the callback, and a reader in a loop cannot stall the drain.
 //! - A trim inside its own thread's `on_reclaim` calls (a callback whose `with` made a
 //!   late id during a thread exit) returns at once: it would pass the value that `with`
 //!   just made straight back to the callback, for ever.
@@ -52,6 +54,9 @@ struct Reclaimer<T> {
     callback: Option<Reclaim<T>>,
     /// Values trims took, waiting for the callback.
     queue: Vec<T>,
+    /// Values waiting for the callback that the reader visiting the queue has seen; put
+    /// back into `queue` when its visit ends (one reader at a time: the gate).
+    visited: Vec<T>,
     /// The tag of the thread passing the queue to the callback, or 0.
     drainer: usize,
 }
@@ -114,79 +119,94 @@ impl<T> Storage<T> {
     }
 
     /// A reader's visit of the values queued for the callback: they are neither in a slot
-    /// nor passed on yet, and a sum must not miss them. The reader takes them out of the
-    /// queue while it visits (so a drainer passes on only the others; no lock is held
-    /// while `visit` runs) and puts them back.
+    /// nor passed on yet, and a sum must not miss them. The reader takes one value at a
+    /// time out of the queue while it visits it (no lock is held while `visit` runs), so a
+    /// drainer can pass on every other value meanwhile, and a reader that is slow or in a
+    /// loop cannot keep the queue from draining.
     fn visit_queued(&self, visit: &mut impl FnMut(&T)) {
-        let queued = std::mem::take(&mut lock(&self.reclaimer).queue);
-        if queued.is_empty() {
-            return;
-        }
-        /// Puts the values back, also if `visit` panics.
-        struct PutBack<'s, T> {
-            storage: &'s Storage<T>,
-            values: Vec<T>,
-        }
-        impl<T> Drop for PutBack<'_, T> {
+        /// Puts the visited values back into the queue when the visit ends, also on a panic.
+        struct Merge<'s, T>(&'s Storage<T>);
+        impl<T> Drop for Merge<'_, T> {
             fn drop(&mut self) {
-                let mut reclaimer = lock(&self.storage.reclaimer);
-                let mut values = std::mem::take(&mut self.values);
-                values.append(&mut reclaimer.queue);
-                reclaimer.queue = values;
+                let mut reclaimer = lock(&self.0.reclaimer);
+                let visited = std::mem::take(&mut reclaimer.visited);
+                reclaimer.queue.extend(visited);
             }
         }
-        let queued = PutBack {
-            storage: self,
-            values: queued,
-        };
-        for value in &queued.values {
-            visit(value);
+        /// The value being visited; into `visited` afterwards, also on a panic.
+        struct Held<'s, T> {
+            storage: &'s Storage<T>,
+            value: Option<T>,
+        }
+        impl<T> Drop for Held<'_, T> {
+            fn drop(&mut self) {
+                if let Some(value) = self.value.take() {
+                    lock(&self.storage.reclaimer).visited.push(value);
+                }
+            }
+        }
+        let _merge = Merge(self);
+        loop {
+            let Some(value) = lock(&self.reclaimer).queue.pop() else {
+                return;
+            };
+            let held = Held {
+                storage: self,
+                value: Some(value),
+            };
+            if let Some(value) = &held.value {
+                visit(value);
+            }
         }
     }
 
     /// Queues `values` for the reclaim callback and, unless a thread is passing the queue
     /// to the callback already, passes it on here (`me` is this thread's tag) until it is
-    /// empty (see the module docs).
+    /// empty, one value at a time (see the module docs).
     fn reclaim(&self, values: Vec<T>, me: usize) {
         let mut reclaimer = lock(&self.reclaimer);
         reclaimer.queue.extend(values);
-        if reclaimer.drainer != 0 || reclaimer.queue.is_empty() {
+        if reclaimer.drainer != 0 || reclaimer.queue.is_empty() && reclaimer.visited.is_empty() {
             return;
         }
         reclaimer.drainer = me;
+        let mut callback: Option<Reclaim<T>> = None;
         loop {
-            let batch = std::mem::take(&mut reclaimer.queue);
-            if batch.is_empty() {
-                reclaimer.drainer = 0;
-                return;
-            }
-            let mut callback = reclaimer.callback.take();
-            drop(reclaimer);
-            for mut value in batch {
-                if let Some(callback) = callback.as_mut() {
+            // A callback set meanwhile (by the callback itself, say) takes over.
+            if let Some(newer) = reclaimer.callback.take() {
+                if let Some(replaced) = callback.replace(newer) {
+                    // Outside the lock: its captures may call back in, or panic, as they
+                    // drop.
+                    drop(reclaimer);
                     contain(
-                        "a PerCid on_reclaim callback panicked; the slot is dropped",
-                        || callback(&mut value),
+                        "dropping a replaced PerCid on_reclaim callback panicked",
+                        || drop(replaced),
                     );
+                    reclaimer = lock(&self.reclaimer);
+                    continue;
                 }
-                contain("dropping a reclaimed PerCid slot panicked", move || {
-                    drop(value)
-                });
-                self.live.fetch_sub(1, Ordering::Release);
             }
-            reclaimer = lock(&self.reclaimer);
-            if reclaimer.callback.is_none() {
+            let next = reclaimer.queue.pop().or_else(|| reclaimer.visited.pop());
+            let Some(mut value) = next else {
                 reclaimer.callback = callback;
-            } else if let Some(replaced) = callback {
-                // The callback set a new one meanwhile; the old one's captures may panic
-                // on drop.
-                drop(reclaimer);
+                reclaimer.drainer = 0;
+                // The memory of a shrink must not stay behind in the queue's capacity.
+                reclaimer.queue = Vec::new();
+                reclaimer.visited.shrink_to_fit();
+                return;
+            };
+            drop(reclaimer);
+            if let Some(callback) = callback.as_mut() {
                 contain(
-                    "dropping a replaced PerCid on_reclaim callback panicked",
-                    || drop(replaced),
+                    "a PerCid on_reclaim callback panicked; the slot is dropped",
+                    || callback(&mut value),
                 );
-                reclaimer = lock(&self.reclaimer);
             }
+            contain("dropping a reclaimed PerCid slot panicked", move || {
+                drop(value)
+            });
+            self.live.fetch_sub(1, Ordering::Release);
+            reclaimer = lock(&self.reclaimer);
         }
     }
 }
@@ -277,6 +297,7 @@ impl<T: Send + 'static> PerCid<T> {
             reclaimer: Mutex::new(Reclaimer {
                 callback: None,
                 queue: Vec::new(),
+                visited: Vec::new(),
                 drainer: 0,
             }),
             live: AtomicUsize::new(0),
@@ -476,9 +497,13 @@ impl<T: Send + 'static> PerCid<T> {
     }
 
     /// Sets the callback that receives a slot's value before a trim drops it. It runs on
-    /// the compaction work's thread, or, once the space's scheduler is gone, on a thread
-    /// that is exiting; never on a thread calling `with` or
-    /// [`for_each`](Self::for_each). It runs on one thread at a time (a trim that finds
+    /// the compaction work's thread (with [`Scheduler::manual`](crate::Scheduler::manual),
+    /// the thread calling `advance()`), or, once the space's scheduler is gone, on a
+    /// thread that is exiting; for values still waiting for it when the `PerCid` is
+    /// dropped, on the dropping thread. Never at the end of a
+    /// [`for_each`](Self::for_each) or inside `with`'s own machinery: a callback that
+    /// folds into another `PerCid` through its `with` is safe unless you call `advance()`
+    /// or drop this `PerCid` inside that `with`. It runs on one thread at a time (a trim that finds
     /// the callback busy leaves its values to the thread running it), outside every lock
     /// of the space and this `PerCid`; a panic in it is caught and logged, and the value
     /// is dropped. A `with` on this `PerCid` from inside it works, and the value it makes
