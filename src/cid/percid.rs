@@ -96,26 +96,32 @@ impl<T: Send + 'static> Trim for Storage<T> {
             // takes it.
             return;
         }
-        let values = self.detach(space).unwrap_or_default();
+        self.detach(space);
         // Also when a reader holds the gate: values readers detached wait in the queue.
-        self.reclaim(values, me);
+        self.reclaim(Vec::new(), me);
     }
 }
 
 impl<T> Storage<T> {
-    /// Takes the values of the slots at or above the high water and frees the arrays
-    /// wholly above it; `None` if a reader holds the gate (the trim is left to it).
-    fn detach(&self, space: &SpaceInner) -> Option<Vec<T>> {
-        let detached = {
-            let _hold = self.gate.enter_trim()?;
-            space.at_high_water(|high_water| {
+    /// Moves the values of the slots at or above the high water into the queue and frees
+    /// the arrays wholly above it; does nothing if a reader holds the gate (the trim is
+    /// left to it).
+    fn detach(&self, space: &SpaceInner) {
+        let arrays = {
+            let Some(_hold) = self.gate.enter_trim() else {
+                return;
+            };
+            let detached = space.at_high_water(|high_water| {
                 // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
                 unsafe { self.buckets.detach_above(high_water) }
-            })
+            });
+            // Queued before the gate is let go, so the next reader finds them there: a
+            // value is never out of both the slots and the queue, except in a callback.
+            lock(&self.reclaimer).queue.extend(detached.values);
+            detached.arrays
         };
         // The arrays hold no values any more; freeing them runs no user code.
-        drop(detached.arrays);
-        Some(detached.values)
+        drop(arrays);
     }
 
     /// A reader's visit of the values queued for the callback: they are neither in a slot
@@ -561,9 +567,7 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
     fn drop(&mut self) {
         let PerCid { space, storage } = self.percid;
         if storage.gate.take_deferred_trim() {
-            if let Some(values) = storage.detach(space) {
-                lock(&storage.reclaimer).queue.extend(values);
-            }
+            storage.detach(space);
         }
         let waiting = {
             let reclaimer = lock(&storage.reclaimer);
