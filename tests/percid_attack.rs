@@ -55,21 +55,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 fn quiet_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let text = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !text.starts_with("attack:") {
-                previous(info);
-            }
-        }));
-    });
+    common::quiet_panics_starting_with("attack:");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 //! self-replacing callbacks, panics, and two readers: every value reaches the callback
 //! exactly once, no pass visits a value twice, and none visits it after its callback began.
 
+mod common;
+
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -11,21 +13,7 @@ use std::time::Duration;
 use nicework::{IdSpace, PerCid, Scheduler};
 
 fn quiet_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let text = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !text.starts_with("planted:") {
-                previous(info);
-            }
-        }));
-    });
+    common::quiet_panics_starting_with("planted:");
 }
 
 struct Val {

@@ -9,42 +9,7 @@ use std::time::{Duration, Instant};
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-static ALIVE: AtomicUsize = AtomicUsize::new(0);
-static CREATED: AtomicUsize = AtomicUsize::new(0);
-
-struct Counted {
-    n: AtomicU64,
-    _ballast: Vec<u8>,
-}
-impl Counted {
-    fn new() -> Self {
-        ALIVE.fetch_add(1, Ordering::SeqCst);
-        CREATED.fetch_add(1, Ordering::SeqCst);
-        Counted {
-            n: AtomicU64::new(0),
-            _ballast: vec![0u8; 4096],
-        }
-    }
-}
-impl Drop for Counted {
-    fn drop(&mut self) {
-        ALIVE.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::counted::{env, spin, Counted, ALIVE, CREATED};
 
 /// Threads come and go (each makes a fresh value above the high water once it exits) beside
 /// one reader in a loop whose callback costs a few microseconds. The scan's trim is left

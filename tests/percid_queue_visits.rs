@@ -5,39 +5,11 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-static ALIVE: AtomicUsize = AtomicUsize::new(0);
-static CREATED: AtomicUsize = AtomicUsize::new(0);
-
-struct Counted {
-    n: AtomicU64,
-    _ballast: Vec<u8>,
-}
-impl Counted {
-    fn new() -> Self {
-        ALIVE.fetch_add(1, Ordering::SeqCst);
-        CREATED.fetch_add(1, Ordering::SeqCst);
-        Counted {
-            n: AtomicU64::new(0),
-            _ballast: vec![0u8; 4096],
-        }
-    }
-}
-impl Drop for Counted {
-    fn drop(&mut self) {
-        ALIVE.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-fn spin(d: Duration) {
-    let t = Instant::now();
-    while t.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+use common::counted::{spin, Counted, ALIVE, CREATED};
 
 /// A reader in a loop whose callback costs a few microseconds per value. The compaction
 /// work's trim finds the gate held (deferred) and the queue empty (the reader took it out

@@ -2,6 +2,7 @@
 //! bounds (generous timeouts) and measurements are counts.
 #![allow(dead_code)]
 
+pub mod counted;
 pub mod events;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -194,4 +195,24 @@ pub fn assert_inert(work: &nicework::Work) {
     assert!(!work.cancel_sync());
     assert!(!work.disable());
     work.enable();
+}
+
+/// Keeps the panics a test plants (their message starts with `prefix`) out of the output;
+/// other panics still print. Installs the hook once per test binary.
+pub fn quiet_panics_starting_with(prefix: &'static str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let text = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            if !text.starts_with(prefix) {
+                previous(info);
+            }
+        }));
+    });
 }

@@ -1,0 +1,48 @@
+//! A 4 KiB value that counts how many exist and were ever made (per test binary), for
+//! tests of the reclaim queue's memory; and a busy wait that stands for a slow callback.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Values alive now.
+pub static ALIVE: AtomicUsize = AtomicUsize::new(0);
+/// Values ever made.
+pub static CREATED: AtomicUsize = AtomicUsize::new(0);
+
+pub struct Counted {
+    pub n: AtomicU64,
+    _ballast: Vec<u8>,
+}
+
+impl Counted {
+    pub fn new() -> Self {
+        ALIVE.fetch_add(1, Ordering::SeqCst);
+        CREATED.fetch_add(1, Ordering::SeqCst);
+        Counted {
+            n: AtomicU64::new(0),
+            _ballast: vec![0u8; 4096],
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the CPU busy for `duration` (a callback that costs something, not a wait).
+pub fn spin(duration: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        std::hint::spin_loop();
+    }
+}
+
+/// A count from the environment, for running a test longer by hand.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(default)
+}
