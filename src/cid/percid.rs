@@ -98,7 +98,7 @@ impl<T: Send + 'static> Trim for Storage<T> {
         }
         self.detach(space);
         // Also when a reader holds the gate: values readers detached wait in the queue.
-        self.reclaim(Vec::new(), me);
+        self.drain(me);
     }
 }
 
@@ -166,12 +166,11 @@ impl<T> Storage<T> {
         }
     }
 
-    /// Queues `values` for the reclaim callback and, unless a thread is passing the queue
-    /// to the callback already, passes it on here (`me` is this thread's tag) until it is
-    /// empty, one value at a time (see the module docs).
-    fn reclaim(&self, values: Vec<T>, me: usize) {
+    /// Unless a thread is passing the queue to the callback already, passes it on here
+    /// (`me` is this thread's tag) until it is empty, one value at a time (see the module
+    /// docs).
+    fn drain(&self, me: usize) {
         let mut reclaimer = lock(&self.reclaimer);
-        reclaimer.queue.extend(values);
         if reclaimer.drainer != 0 || reclaimer.queue.is_empty() && reclaimer.visited.is_empty() {
             return;
         }
@@ -549,7 +548,7 @@ impl<T: Send + 'static> PerCid<T> {
 impl<T> Drop for Storage<T> {
     /// Values a trim took are promised to `on_reclaim`, also if the `PerCid` goes first.
     fn drop(&mut self) {
-        self.reclaim(Vec::new(), thread_tag());
+        self.drain(thread_tag());
     }
 }
 
