@@ -159,6 +159,7 @@
 //! its record, forever.
 
 mod barrier;
+mod guard;
 mod ids;
 mod percid;
 mod reader;
@@ -177,4 +178,5 @@ pub use percid::PerCid;
 pub fn run_thread_exit_hook_for_loom() {
     thread::run_exit_hook_now();
 }
-pub use space::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};
+pub use guard::Cid;
+pub use space::{IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};

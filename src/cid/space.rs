@@ -1,13 +1,13 @@
 //! [`IdSpace`] and its [`Cid`] guard.
 
-use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
+use super::guard::Cid;
 use super::ids::IdSet;
-use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, ORPHANED, PINS, PIN_ONE};
+use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, PINS, PIN_ONE};
 use crate::scheduler::run::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
@@ -365,7 +365,7 @@ impl SpaceInner {
     /// and the record is freed.
     #[cold]
     #[inline(never)]
-    fn release_orphan(&self, record: NonNull<ThreadRec>) {
+    pub(super) fn release_orphan(&self, record: NonNull<ThreadRec>) {
         if let Some(record) = thread::take_orphan(record) {
             self.release_thread(&record);
         }
@@ -374,7 +374,7 @@ impl SpaceInner {
     /// The drop of a guard with an id just for itself (see `enter_transient`).
     #[cold]
     #[inline(never)]
-    fn release_transient(&self, id: usize) {
+    pub(super) fn release_transient(&self, id: usize) {
         if self.in_forked_child() {
             // Ids are not reused in a forked child (see `in_forked_child`).
             return;
@@ -635,68 +635,5 @@ impl std::fmt::Debug for IdSpace {
             .field("high_water", &self.high_water())
             .field("threads", &self.threads())
             .finish()
-    }
-}
-
-/// A pinned concurrency id. `!Send`: it belongs to the thread that entered.
-///
-/// While it lives, no other thread's guard has the same id, and its thread keeps the id:
-/// also when the guard lives in a thread-local destroyed after nicework's own thread-exit
-/// hook (a `Cid<'static>` of a leaked or static [`IdSpace`] can). A guard that is leaked
-/// (`mem::forget`) keeps its id forever.
-pub struct Cid<'a> {
-    space: &'a SpaceInner,
-    /// The thread's record (`None`: a transient id). A pointer, not a `&'a`: the record is
-    /// the thread's, not the space's, and lives until this guard's drop (see `enter`), not
-    /// for `'a`.
-    record: Option<NonNull<ThreadRec>>,
-    id: usize,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl<'a> Cid<'a> {
-    fn new(space: &'a SpaceInner, record: Option<NonNull<ThreadRec>>, id: usize) -> Self {
-        Cid {
-            space,
-            record,
-            id,
-            _not_send: PhantomData,
-        }
-    }
-
-    /// The id: `0 <= id < high_water()` of its space.
-    #[inline]
-    pub fn get(&self) -> usize {
-        self.id
-    }
-}
-
-impl Drop for Cid<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        match self.record {
-            Some(record) => {
-                // SAFETY: a pinned record is not freed: the thread's exit hook orphans it
-                // instead, and an orphan is freed by the drop of its last guard, in
-                // `release_orphan` below, after the last use of this reference. The guard
-                // is `!Send`, so this runs on the record's thread, the only one that
-                // writes `pin`.
-                let pin = unsafe { &record.as_ref().pin };
-                let left = pin.load(Ordering::Relaxed) - PIN_ONE;
-                // Release: what the holder wrote under this id happens-before a reclaimer
-                // that sees the pin cleared.
-                pin.store(left, Ordering::Release);
-                if left & PINS == ORPHANED {
-                    self.space.release_orphan(record);
-                }
-            }
-            None => self.space.release_transient(self.id),
-        }
-    }
-}
-
-impl std::fmt::Debug for Cid<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Cid").field(&self.id).finish()
     }
 }
