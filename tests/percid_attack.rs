@@ -9,42 +9,17 @@ mod common;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use common::{eventually, EVENTUALLY};
+use common::eventually;
+use common::percid::finishes;
 use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
 
 /// The last handles of a `PerCid` and its space, dropped from inside a callback.
 type Handles = (Arc<PerCid<u64>>, IdSpace);
-
-/// Runs `f` on a fresh thread (joined, so its thread-local destructors ran) and returns its
-/// result; a thread that does not finish within the liveness bound is a deadlock.
-fn finishes<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let result = catch_unwind(AssertUnwindSafe(f));
-        // Sent from the thread body; the join below waits for the thread's locals.
-        let _ = tx.send(());
-        result
-    });
-    match rx.recv_timeout(EVENTUALLY) {
-        Ok(()) => {}
-        Err(_) => panic!("{what}: the thread never finished its body (deadlock)"),
-    }
-    // The body is done; now the thread-exit path (thread-local destructors) runs.
-    let (done_tx, done_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(handle.join());
-    });
-    match done_rx.recv_timeout(EVENTUALLY) {
-        Ok(Ok(Ok(value))) => value,
-        Ok(Ok(Err(payload))) | Ok(Err(payload)) => resume_unwind(payload),
-        Err(_) => panic!("{what}: the thread never finished exiting (deadlock at thread exit)"),
-    }
-}
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -72,17 +47,7 @@ fn on_reclaim_folding_into_another_percid_at_thread_exit_without_scheduler() {
     let ids = IdSpace::new(&sched);
     // The totals' own slots are trimmed too (the late id `on_reclaim` takes is released at
     // once): they fold into an atomic.
-    let total = Arc::new(AtomicU64::new(0));
-    let totals: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let total = total.clone();
-        move |n: &mut u64| {
-            total.fetch_add(*n, Ordering::SeqCst);
-        }
-    }));
-    let counters: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let totals = totals.clone();
-        move |n: &mut u64| totals.with(|t| *t += *n)
-    }));
+    let (total, totals, counters) = common::percid::fold_pair(&ids);
     drop(sched);
     let c = counters.clone();
     finishes("a thread exiting with on_reclaim calling with", move || {

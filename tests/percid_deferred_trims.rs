@@ -8,35 +8,13 @@
 
 mod common;
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::resume_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
+use common::percid::finishes;
 use common::EVENTUALLY;
 use nicework::{IdSpace, PerCid, Scheduler};
-
-/// Runs `f` on a fresh thread and joins it (thread-local destructors included); a thread
-/// that does not finish within the liveness bound is a hang.
-fn finishes<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let result = catch_unwind(AssertUnwindSafe(f));
-        let _ = tx.send(());
-        result
-    });
-    if rx.recv_timeout(EVENTUALLY).is_err() {
-        panic!("{what}: the thread never finished its body (deadlock)");
-    }
-    let (done_tx, done_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(handle.join());
-    });
-    match done_rx.recv_timeout(EVENTUALLY) {
-        Ok(Ok(Ok(value))) => value,
-        Ok(Ok(Err(payload))) | Ok(Err(payload)) => resume_unwind(payload),
-        Err(_) => panic!("{what}: the thread never finished exiting (hang at thread exit)"),
-    }
-}
 
 /// on_reclaim folds the reclaimed count into the reclaiming thread's own slot of the same
 /// PerCid (a natural "keep the count" pattern). Once the scheduler is gone the trim runs in
@@ -93,17 +71,7 @@ fn a_trim_left_to_a_reader_inside_with_keeps_the_value_visible_then_folds_it() {
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
         .build(&sched);
-    let total = Arc::new(AtomicU64::new(0));
-    let totals: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let total = total.clone();
-        move |n: &mut u64| {
-            total.fetch_add(*n, Ordering::SeqCst);
-        }
-    }));
-    let counters: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let totals = totals.clone();
-        move |n: &mut u64| totals.with(|t| *t += *n)
-    }));
+    let (total, totals, counters) = common::percid::fold_pair(&ids);
     totals.with(|_| {}); // main: id 0
     let c = counters.clone();
     std::thread::spawn(move || c.with(|n| *n += 7))
@@ -144,17 +112,7 @@ fn a_reader_inside_with_loses_no_fold_of_the_trims_left_to_it() {
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
         .build(&sched);
-    let total = Arc::new(AtomicU64::new(0));
-    let totals: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let total = total.clone();
-        move |n: &mut u64| {
-            total.fetch_add(*n, Ordering::SeqCst);
-        }
-    }));
-    let counters: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
-        let totals = totals.clone();
-        move |n: &mut u64| totals.with(|t| *t += *n)
-    }));
+    let (total, totals, counters) = common::percid::fold_pair(&ids);
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (totals, counters, stop) = (totals.clone(), counters.clone(), stop.clone());

@@ -10,6 +10,8 @@
 //!   contained, as the trim contains the callback's panics and the slot values' drops.
 //!   Cases that could abort the process run in a child process (this test binary again).
 
+mod common;
+
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -90,20 +92,6 @@ impl Drop for Bomb {
     }
 }
 
-fn quiet_panics() {
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let text = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .unwrap_or_default();
-        if !text.starts_with("attack:") {
-            previous(info);
-        }
-    }));
-}
-
 /// Runs the test `name` again in a child process with `NICEWORK_TEST_CHILD` set, and returns
 /// its exit status and output.
 fn in_child(name: &str) -> (std::process::ExitStatus, String) {
@@ -131,7 +119,7 @@ static P_SWAP: OnceLock<&'static PerCid<u64>> = OnceLock::new();
 fn a_replaced_on_reclaim_whose_drop_panics_at_thread_exit_is_contained() {
     const NAME: &str = "a_replaced_on_reclaim_whose_drop_panics_at_thread_exit_is_contained";
     if is_child(NAME) {
-        quiet_panics();
+        common::quiet_panics_starting_with("attack:");
         let sched = Scheduler::manual();
         let s: &'static IdSpace = leak(IdSpace::new(&sched));
         let bomb = Bomb;
@@ -166,7 +154,7 @@ fn a_replaced_on_reclaim_whose_drop_panics_at_thread_exit_is_contained() {
 /// is an ordinary work, so the compaction work is poisoned and never reclaims an id again.
 #[test]
 fn a_replaced_on_reclaim_whose_drop_panics_in_a_scan_is_contained() {
-    quiet_panics_once();
+    common::quiet_panics_starting_with("attack:");
     let sched = Scheduler::manual();
     let s: &'static IdSpace = leak(
         IdSpace::builder()
@@ -205,11 +193,6 @@ fn a_replaced_on_reclaim_whose_drop_panics_in_a_scan_is_contained() {
     );
 }
 
-fn quiet_panics_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(quiet_panics);
-}
-
 static DOOMED: Mutex<Option<PerCid<Bomb>>> = Mutex::new(None);
 
 /// `on_reclaim` of one `PerCid` drops the last handle of another whose remaining value
@@ -219,7 +202,7 @@ static DOOMED: Mutex<Option<PerCid<Bomb>>> = Mutex::new(None);
 fn a_percid_dropped_by_on_reclaim_inside_the_exit_hook_is_contained() {
     const NAME: &str = "a_percid_dropped_by_on_reclaim_inside_the_exit_hook_is_contained";
     if is_child(NAME) {
-        quiet_panics();
+        common::quiet_panics_starting_with("attack:");
         let sched = Scheduler::manual();
         let s: &'static IdSpace = leak(IdSpace::new(&sched));
         let first: &'static PerCid<u64> = leak(PerCid::with_reclaim(

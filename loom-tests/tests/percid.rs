@@ -54,6 +54,14 @@ fn count_once(counters: &Arc<PerCid<Count>>) -> thread::JoinHandle<()> {
     thread::spawn(move || counters.with(Count::add))
 }
 
+/// Runs a model with a branch bound above loom's default of 1,000, which two scans, the
+/// gate's condvar and four threads exceed.
+fn check(f: impl Fn() + Sync + Send + 'static) {
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 20_000;
+    model.check(f);
+}
+
 fn sum(counters: &PerCid<Count>) -> u64 {
     let mut sum = 0;
     counters.for_each(|count| sum += count.get());
@@ -66,10 +74,7 @@ fn sum(counters: &PerCid<Count>) -> u64 {
 /// never overlaps a writer or a trim, and live plus folded is 3 at the end.
 #[test]
 fn reader_against_owner_against_trim() {
-    // Two scans and five threads take more steps than loom's default bound of 1,000.
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(|| {
+    check(|| {
         let sched = Scheduler::manual();
         let ids = IdSpace::new(&sched);
         let folded = Arc::new(AtomicU64::new(0));
@@ -145,9 +150,7 @@ fn owner_backs_off_for_a_flagged_slot() {
 /// or folded.
 #[test]
 fn a_trim_at_exit_whose_callback_enters_the_space() {
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(|| {
+    check(|| {
         let sched = Scheduler::manual();
         let ids = Arc::new(IdSpace::new(&sched));
         let folded = Arc::new(AtomicU64::new(0));
@@ -197,9 +200,7 @@ fn a_trim_at_exit_whose_callback_enters_the_space() {
 /// deadlock otherwise) and the sums are exact.
 #[test]
 fn owners_waiting_for_each_other_inside_with_beside_a_reader() {
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(|| {
+    check(|| {
         let sched = Scheduler::manual();
         let ids = IdSpace::new(&sched);
         let folded = Arc::new(AtomicU64::new(0));
@@ -252,9 +253,7 @@ fn owners_waiting_for_each_other_inside_with_beside_a_reader() {
 /// instead, which runs it after its pass, so everything terminates and the sums are exact.
 #[test]
 fn a_scan_inside_with_beside_a_reader() {
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(|| {
+    check(|| {
         let sched = Scheduler::manual();
         let ids = IdSpace::new(&sched);
         let folded = Arc::new(AtomicU64::new(0));

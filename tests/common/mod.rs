@@ -4,6 +4,7 @@
 
 pub mod counted;
 pub mod events;
+pub mod percid;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
