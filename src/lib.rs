@@ -292,8 +292,16 @@
 //! - A `touch()` racing with the callback returning `Next::Park` is never lost, and a
 //!   touch during a run never overrides the callback: `Again`, `After`, `At` and `Yield`
 //!   stand, `Stop` stays stopped.
-//! - A timeout work never runs while it was touched within its idle, by the real clock;
-//!   a touch during its run re-arms it unless the callback returned `Stop`.
+//! - A timeout work never runs while it was touched within its idle, by the real clock
+//!   (a touch that returned before the run began); a touch during its run, or one still
+//!   in progress as it began, re-arms it unless the callback returned `Stop`.
+//! - The scheduler's clock is `Instant`'s: `now()` is never earlier than an
+//!   `Instant::now()` read before it, and `deadline()` after `reschedule(d)` never
+//!   earlier than that `Instant::now() + d`.
+//! - A `work()`'s period and deadline come from the same arm, also when arms race.
+//! - A `stats()` snapshot never shows more parks than runs.
+//! - Per-object works given a `Weak` inside `Arc::new_cyclic` live through a slow
+//!   constructor: a run before the object exists re-arms and calls nothing.
 //! - Re-arming is fixed-delay: no burst of catch-up runs after a stall; lateness is
 //!   recorded in the stats.
 //! - The worker runs at its priority from its first instruction; a priority it cannot

@@ -71,12 +71,23 @@ pub(crate) fn nanos(duration: Duration) -> u64 {
 }
 
 /// The scheduler's clock.
+///
+/// Full readings are `Instant::now()` since the epoch `Instant`, so the scheduler's time
+/// is exactly `Instant`'s: `sched.now()` is never earlier than an `Instant::now()` read
+/// before it, and `deadline()` after `reschedule(d)` never earlier than that
+/// `Instant::now() + d`. Coarse readings have no `Instant` form; they count from two raw
+/// readings of `CLOCK_MONOTONIC` taken just before and just after the epoch `Instant`,
+/// whichever keeps each bound true (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Clock {
-    /// The epoch as an `Instant`, for handing out `Instant`s.
+    /// The epoch as an `Instant`: the scheduler's time 0.
     epoch: Instant,
-    /// The epoch as a raw `CLOCK_MONOTONIC` reading, read just after `epoch`.
-    epoch_raw_ns: u64,
+    /// A raw `CLOCK_MONOTONIC` reading taken just before `epoch`: counting from it errs
+    /// late (upper bounds).
+    epoch_raw_before_ns: u64,
+    /// A raw `CLOCK_MONOTONIC` reading taken just after `epoch`: counting from it errs
+    /// early (lower bounds).
+    epoch_raw_after_ns: u64,
     /// What [`coarse_upper_ns`](Self::coarse_upper_ns) adds to a coarse reading; only
     /// ever raised ([`observe_coarse_lag`](Self::observe_coarse_lag)). A std atomic:
     /// manual schedulers (and so loom models) never use the coarse clock.
@@ -86,10 +97,13 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn new(manual: bool) -> Self {
+        let epoch_raw_before_ns = read(libc::CLOCK_MONOTONIC);
         let epoch = Instant::now();
+        let epoch_raw_after_ns = read(libc::CLOCK_MONOTONIC);
         Clock {
             epoch,
-            epoch_raw_ns: read(libc::CLOCK_MONOTONIC),
+            epoch_raw_before_ns,
+            epoch_raw_after_ns,
             coarse_margin_ns: std::sync::atomic::AtomicU64::new(
                 coarse_resolution_ns()
                     .saturating_mul(8)
@@ -108,23 +122,25 @@ impl Clock {
         self.epoch
     }
 
-    /// Real time since the epoch; manual schedulers keep their own virtual now.
+    /// Real time since the epoch, exactly as `Instant` counts it; manual schedulers keep
+    /// their own virtual now.
     pub(crate) fn real_now_ns(&self) -> u64 {
-        read(libc::CLOCK_MONOTONIC).saturating_sub(self.epoch_raw_ns)
+        nanos(Instant::now().saturating_duration_since(self.epoch))
     }
 
     /// A reading of the coarse clock that is never earlier than the real time (see the
     /// module docs).
     #[inline]
     pub(crate) fn coarse_upper_ns(&self) -> u64 {
-        self.coarse_lower_ns()
+        read_coarse()
+            .saturating_sub(self.epoch_raw_before_ns)
             .saturating_add(self.coarse_margin_ns())
     }
 
     /// A reading of the coarse clock that is never later than the real time.
     #[inline]
     pub(crate) fn coarse_lower_ns(&self) -> u64 {
-        read_coarse().saturating_sub(self.epoch_raw_ns)
+        read_coarse().saturating_sub(self.epoch_raw_after_ns)
     }
 
     /// How much later than the real time [`coarse_upper_ns`](Self::coarse_upper_ns) may be.

@@ -35,7 +35,7 @@
 //!   which is sound because `run_chunked` neither returns nor unwinds before every helper
 //!   `Work` was flushed and dropped, and a dropped work's closure is gone. That last wait
 //!   is unconditional: helpers run their chunks on behalf of the caller's callbacks
-//!   (`frames::enter_on_behalf`), so a helper that waits for the caller's work does not
+//!   (`frames::Frame::on_behalf`), so a helper that waits for the caller's work does not
 //!   wait (as inside the own callback), and the caller's wait for a helper never closes
 //!   a wait cycle.
 //! - **No deadlock from a worker:** called from inside a work on the same scheduler, the
@@ -179,9 +179,9 @@ fn into_inner<T>(mutex: Mutex<T>) -> T {
 struct ErasedJob {
     job: *const (),
     run_one_chunk: unsafe fn(*const ()) -> bool,
-    /// The caller's frames (see `frames::enter_on_behalf`), in a `Vec` that lives as long
-    /// as the job.
-    caller_frames: *const [frames::Frame],
+    /// The caller's running works (see `frames::Frame::on_behalf`), in a `Vec` that lives
+    /// as long as the job.
+    caller_frames: *const [frames::RunningWork],
 }
 
 // SAFETY: the job it points to is `Sync` (atomics, mutexes, and a `Sync` closure; `E:
@@ -302,9 +302,11 @@ impl Scheduler {
                     let work = self
                         .work(move |_| {
                             let erased = erased;
-                            // SAFETY: the frames live as long as the job (see below).
-                            let _on_behalf =
-                                frames::enter_on_behalf(unsafe { &*erased.caller_frames });
+                            // SAFETY: the frames live as long as the job, and their works
+                            // keep running until every helper's run ended (see below).
+                            let on_behalf =
+                                unsafe { frames::Frame::on_behalf(&*erased.caller_frames) };
+                            let _entered = on_behalf.enter();
                             // SAFETY: the job lives until every helper work was flushed
                             // and dropped below with `drop_waiting`, which returns only
                             // once the helper's run ended, and a dropped work never runs

@@ -294,6 +294,12 @@ impl Shared {
         loop {
             let old = load(work.header());
             let mut new = edit(old)?;
+            if core.shutdown {
+                // Nothing is armed after shutdown: its drain is over, so an arm now would
+                // stay pending for ever. Every locked arm passes here, and a lock-free arm
+                // needs a live entry, which no work has once the drain is done.
+                new.disarm();
+            }
             // Due now: a new entry on the ready queue, since the live one (if any) may
             // wait for a later tick.
             let due_now =

@@ -253,6 +253,21 @@ impl Scheduler {
 
     /// The scheduler's current time: virtual for a manual scheduler (in a `fork()`ed
     /// child, where a scheduler from before the fork is inert, the real time).
+    ///
+    /// A real scheduler's clock is `Instant`'s, read in full: `now()` is never earlier
+    /// than an `Instant::now()` read before it, and never later than one read after it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Instant;
+    ///
+    /// let sched = nicework::Scheduler::new()?;
+    /// let before = Instant::now();
+    /// let now = sched.now();
+    /// assert!(before <= now && now <= Instant::now());
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
     pub fn now(&self) -> Instant {
         if self.shared().is_forked_copy() {
             Instant::now()

@@ -8,6 +8,15 @@
 //! object can hold its `Work` directly, with no `Mutex<Option<Work>>` or `OnceLock` to
 //! fill in after construction.
 //!
+//! An object under construction is not an object that is gone. A run that comes while
+//! `Arc::new_cyclic`'s constructor still runs (the work was armed inside it, and the
+//! constructor is slow) cannot upgrade the `Weak` yet: it calls nothing and re-arms for
+//! the work's period, at least [`UNBUILT_RETRY`], so the work lives on once the object
+//! exists. Only a `Weak` that has been seen alive (at creation, or by an earlier run)
+//! and no longer upgrades stops the work. A `Weak` to an object that died before the work
+//! was made has never been seen alive either: that work retries at its period until its
+//! handle is dropped.
+//!
 //! If the last `Arc` drops during a run, the object, and with it the work, is dropped on
 //! the running thread after the callback returns (see [`Work`]'s drop from inside its
 //! own callback).
@@ -43,15 +52,31 @@ mod sealed {
     impl<T> Sealed for std::sync::Weak<T> {}
 }
 
-/// The closure of a per-object work: the object if it is still alive, else `Stop`.
+/// How soon a run that finds its object not yet built tries again, at the least (its
+/// period, if longer): a constructor inside `Arc::new_cyclic` that takes a while costs a
+/// few runs, never a spin.
+pub(crate) const UNBUILT_RETRY: Duration = Duration::from_millis(10);
+
+/// The closure of a per-object work: the object if it is still alive; `Stop` once it is
+/// gone.
+///
+/// A `Weak` that has never upgraded may belong to an object still under construction in
+/// `Arc::new_cyclic`, which is not an object that is gone: such a run re-arms for its
+/// period (at least [`UNBUILT_RETRY`]) and calls nothing. Once the object has been seen
+/// alive (at creation, or by a run), a failed upgrade means it is gone.
 fn for_object<T, F>(object: Weak<T>, mut f: F) -> impl FnMut(&mut Ctx<'_>) -> Next + Send
 where
     T: Send + Sync + 'static,
     F: FnMut(&T, &mut Ctx<'_>) -> Next + Send + 'static,
 {
+    let mut seen_alive = object.strong_count() > 0;
     move |cx| match object.upgrade() {
-        Some(object) => f(&object, cx),
-        None => Next::Stop,
+        Some(object) => {
+            seen_alive = true;
+            f(&object, cx)
+        }
+        None if seen_alive => Next::Stop,
+        None => Next::After(cx.period().max(UNBUILT_RETRY)),
     }
 }
 
@@ -59,6 +84,12 @@ impl Scheduler {
     /// An unarmed work for an object, like [`work`](Self::work): the closure reaches the
     /// object through a `Weak` and the work stops once the object is gone (see
     /// [`ObjectRef`] for the two ways to pass it).
+    ///
+    /// Inside `Arc::new_cyclic` the object does not exist yet: a run that comes before
+    /// the constructor returns calls nothing and re-arms for the work's period (at least
+    /// 10 ms), so a slow constructor never stops the work. The work stops only once the
+    /// object has been alive (at creation or at a run) and is gone. The same holds for
+    /// [`every_for`](Self::every_for) and [`timeout_for`](Self::timeout_for).
     ///
     /// # Examples
     ///

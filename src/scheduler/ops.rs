@@ -20,10 +20,11 @@ use super::core::{cas, load, update, Core, Shared};
 use super::handle::Handle;
 use super::run::{leave_forked_child, Executed, Taken};
 use super::state::{
-    State, CANCEL_WAITING, DETACHED, DISABLED, DISABLE_MAX, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER,
-    ORPHANED, PENDING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT,
+    State, CANCEL_WAITING, DETACHED, DISABLED, DISABLE_MAX, FIRING, FLUSH_TAKEOVER, ORPHANED,
+    PENDING, PERIOD_CHANGING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT,
     TOUCHED_IN_RUN, YIELDED,
 };
+use super::waits::WaitCycle;
 use super::WorkRef;
 use super::{frames, waits};
 use crate::clock::nanos;
@@ -70,6 +71,16 @@ impl Shared {
             if !old.has(QUEUED) || old.refuses_arm() || deadline < old.deadline() {
                 return Fast::Slow;
             }
+            // A `work()`'s period follows its arms, and an arm that changes it goes
+            // through the lock so that deadline and period come from the same arm (see
+            // `arm_locked`). Read after the state word (acquire), so a period stored
+            // before a locked arm cleared `PERIOD_CHANGING` is seen here.
+            if old.period_changing()
+                || (old.period_follows_arms()
+                    && work.header().period_or_touch.load(Ordering::Relaxed) != delay_ns)
+            {
+                return Fast::Slow;
+            }
             let mut new = old;
             new.arm(deadline);
             if cas(work.header(), old, new) {
@@ -99,30 +110,47 @@ impl Shared {
         }
         let delay_ns = nanos(delay);
         let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
-        let armed = match self.arm_fast(work, deadline, only_if_idle, delay_ns) {
+        match self.arm_fast(work, deadline, only_if_idle, delay_ns) {
             Fast::Armed(old) => Some(old),
-            Fast::AlreadyPending => return None,
-            Fast::Slow => {
-                let mut core = self.lock_unless_forked()?;
-                if core.shutdown {
-                    return None;
-                }
-                let now = self.now_ns();
-                self.commit(&mut core, work, now, |old| {
-                    if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
-                        return None;
-                    }
-                    let mut new = old;
-                    new.arm(Shared::deadline_after(now, delay_ns));
-                    Some(new)
-                })
-                .map(|(old, _)| old)
-            }
-        };
-        if let Some(old) = armed {
-            self.set_period(work, old, delay_ns);
+            Fast::AlreadyPending => None,
+            Fast::Slow => self.arm_locked(work, delay_ns, only_if_idle),
         }
-        armed
+    }
+
+    /// The locked arm, which also sets a `work()`'s period to `delay_ns` (`every` and
+    /// timeout works keep theirs).
+    ///
+    /// Deadline and period are two words, so they agree by this protocol: the arm's CAS
+    /// sets `PERIOD_CHANGING` together with the deadline, the period is stored, and a
+    /// second CAS clears the flag, all under the core lock. Other locked arms are
+    /// serialised by the lock; a lock-free arm takes the lock while it sees the flag, and
+    /// otherwise only succeeds when the period already is its delay (see `arm_fast`). So
+    /// whichever arm's CAS comes last in the word's order, its delay is the period left.
+    fn arm_locked(&self, work: &WorkRef, delay_ns: u64, only_if_idle: bool) -> Option<State> {
+        let mut core = self.lock_unless_forked()?;
+        if core.shutdown {
+            return None;
+        }
+        let now = self.now_ns();
+        let period_word = &work.header().period_or_touch;
+        // Stable here: only a locked arm writes a `work()`'s period.
+        let period_changes = period_word.load(Ordering::Relaxed) != delay_ns;
+        let (old, new) = self.commit(&mut core, work, now, |old| {
+            if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
+                return None;
+            }
+            let mut new = old;
+            new.arm(Shared::deadline_after(now, delay_ns));
+            if period_changes && old.period_follows_arms() {
+                new.set(PERIOD_CHANGING);
+            }
+            Some(new)
+        })?;
+        if new.period_changing() {
+            period_word.store(delay_ns, Ordering::Relaxed);
+            update(work.header(), |old| Some(old.without(PERIOD_CHANGING)));
+        }
+        Some(old)
     }
 
     /// A timeout work's postponement: due no earlier than this (units) by its latest
@@ -210,16 +238,6 @@ impl Shared {
         .expect("the edit always applies");
         drop(core);
         new.has(ORPHANED) && !new.has(RUNNING)
-    }
-
-    /// A `work()`'s period follows its latest `schedule`/`reschedule`; `every` and
-    /// timeout works keep theirs.
-    fn set_period(&self, work: &WorkRef, state: State, delay_ns: u64) {
-        if !state.has(FIXED_PERIOD | TIMEOUT) {
-            work.header()
-                .period_or_touch
-                .store(delay_ns, Ordering::Relaxed);
-        }
     }
 
     #[inline]
@@ -350,14 +368,45 @@ impl Shared {
             // later work may get the same address).
             core.disable_counts.remove(&frames::address(work));
         }
-        // After a `cancel_sync` only `schedule`/`reschedule` arm the work again: `touch`
-        // leaves it stopped, as after `Next::Stop`.
-        let (old, new) = update(work.header(), |old| {
+        // RUNNING only changes under the core lock (a take sets it, a completion clears
+        // it), so what is decided here about the run in progress holds until the wait
+        // below releases the lock.
+        let running = load(work.header()).has(RUNNING);
+        let waiting = if !running {
+            None
+        } else if frames::is_running_here(work) {
+            Some(Err(WaitCycle))
+        } else if release == Release::DropAndWait {
+            Some(Ok(waits::begin_wait_unchecked(work)))
+        } else {
+            Some(waits::begin_wait(work))
+        };
+        // One CAS disarms and refuses: a lock-free arm racing this call either lands
+        // before it (and is disarmed here) or fails its CAS and finds the refusal. After a
+        // `cancel_sync` only `schedule`/`reschedule` arm the work again: `touch` leaves it
+        // stopped, as after `Next::Stop`.
+        let (old, _) = update(work.header(), |old| {
+            debug_assert_eq!(old.has(RUNNING), running, "RUNNING moved under the lock");
             let mut new = old;
             new.disarm();
             new.set(STOPPED);
-            if released && !old.has(RUNNING) {
-                new.set(ORPHANED);
+            match &waiting {
+                // "disable, flush, enable", as the kernel's cancel_delayed_work_sync,
+                // with a refusal of its own that `enable()` cannot lift.
+                Some(Ok(_)) => new.set(CANCEL_WAITING),
+                // Waiting would wait for ourselves: the run's own re-arm is refused
+                // instead, and a dropped handle leaves the closure to the runner.
+                Some(Err(WaitCycle)) => {
+                    new.set(REARM_REFUSED);
+                    if released {
+                        new.set(ORPHANED);
+                    }
+                }
+                None => {
+                    if released {
+                        new.set(ORPHANED);
+                    }
+                }
             }
             Some(new)
         })
@@ -367,45 +416,38 @@ impl Shared {
             // Nothing arms it again: its entry is garbage.
             self.note_stale(&mut core, 1);
         }
-        if !new.has(RUNNING) {
-            return (was_pending, released);
-        }
-        let waiting = if frames::is_running_here(work) {
-            None
-        } else if release == Release::DropAndWait {
-            Some(waits::begin_wait_unchecked(work))
-        } else {
-            waits::begin_wait(work).ok()
+        let waiting = match waiting {
+            None => return (was_pending, released),
+            Some(Err(WaitCycle)) => return (was_pending, false),
+            Some(Ok(waiting)) => waiting,
         };
-        let Some(waiting) = waiting else {
-            // Waiting would wait for ourselves: refuse the run's own re-arm instead.
-            update(work.header(), |old| {
-                let mut new = old.with(REARM_REFUSED);
-                if released {
-                    new.set(ORPHANED);
-                }
-                Some(new)
-            });
-            return (was_pending, false);
-        };
-        // "disable, flush, enable", as the kernel's cancel_delayed_work_sync, with a
-        // refusal of its own that `enable()` cannot lift.
-        update(work.header(), |old| Some(old.with(CANCEL_WAITING)));
         let address = frames::address(work);
         *core.cancel_waiters.entry(address).or_insert(0) += 1;
         core = self.wait_for_run(core, work);
         drop(waiting);
-        if let Some(waiters) = core.cancel_waiters.get_mut(&address) {
-            *waiters -= 1;
-            if *waiters == 0 {
-                core.cancel_waiters.remove(&address);
-                update(work.header(), |old| Some(old.without(CANCEL_WAITING)));
+        let last_waiter = match core.cancel_waiters.get_mut(&address) {
+            Some(waiters) => {
+                *waiters -= 1;
+                *waiters == 0
             }
+            None => false,
+        };
+        if last_waiter {
+            core.cancel_waiters.remove(&address);
         }
-        if released {
-            // The run ended and re-arms stayed refused: nothing runs it again.
-            update(work.header(), |old| Some(old.with(ORPHANED)));
-        }
+        // One CAS again: a dropped handle's work goes from "refused while waiting" to
+        // "orphaned" with no word in between that accepts an arm.
+        update(work.header(), |old| {
+            let mut new = old;
+            if last_waiter {
+                new.clear(CANCEL_WAITING);
+            }
+            if released {
+                // The run ended and re-arms stayed refused: nothing runs it again.
+                new.set(ORPHANED);
+            }
+            Some(new)
+        });
         drop(core);
         (was_pending, released)
     }

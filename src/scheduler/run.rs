@@ -191,7 +191,8 @@ impl Shared {
                 started_ns,
                 runs: header.stats.runs() + 1,
             };
-            let _frame = frames::enter(&work);
+            let frame = frames::Frame::running(&work);
+            let entered = frame.enter();
             let clock = Instant::now();
             // SAFETY: we set RUNNING when this run was taken, and only `complete` below
             // clears it.
@@ -199,7 +200,7 @@ impl Shared {
             if self.is_forked_copy() {
                 // `fork()` inside the callback (or inside one it flushed), and this is the
                 // child: nothing of this run is recorded, completed or logged.
-                drop(_frame);
+                drop(entered);
                 if let Err(payload) = outcome {
                     std::mem::forget(payload);
                 }
@@ -208,12 +209,7 @@ impl Shared {
             }
             let busy = clock.elapsed();
             let lateness = started_ns.saturating_sub(deadline_ns);
-            header.stats.record(
-                started_ns,
-                busy,
-                lateness,
-                matches!(outcome, Ok(Next::Park)),
-            );
+            header.stats.record(started_ns, busy, lateness);
             match outcome {
                 Ok(next) => Some(next),
                 Err(payload) => {
@@ -253,7 +249,7 @@ impl Shared {
         let header = work.header();
         // Counted under the lock, together with clearing RUNNING: a waiter that saw the
         // run in progress knows it ended when the count moved (see `wait_for_run`).
-        header.stats.count_run();
+        header.stats.count_run(next == Some(Next::Park));
         let now = self.now_ns();
         let shutdown = core.shutdown;
         let period = work.period_ns();

@@ -27,10 +27,40 @@
 //!   waits for the running instance, as the kernel's `cancel_delayed_work_sync` is
 //!   "disable, flush, enable"; it is a separate flag so that an `enable()` without a
 //!   matching `disable()` cannot lift it.
+//! - One CAS for each promise: a refusal and the disarm it guards are published
+//!   together. `cancel_sync` and drop disarm and set `CANCEL_WAITING` (a run to wait
+//!   for) or `REARM_REFUSED` (a run that is the caller's own, or a wait cycle) in one
+//!   CAS, deciding which under the core lock, where `RUNNING` cannot change (only a take
+//!   sets it and only a completion clears it, both under the lock). `disable` sets
+//!   `DISABLED` and disarms in one CAS. So a lock-free arm racing them either lands first
+//!   and is disarmed, or fails its CAS and finds the refusal. Shutdown is the lock's
+//!   `shutdown` flag, not a bit: every locked arm goes through `Shared::commit`, which
+//!   disarms once it is set, and a lock-free arm needs a live entry (`QUEUED`), which no
+//!   work has once shutdown drained the timer structure.
+//! - A `work()`'s period is a second word, which must agree with the deadline of the
+//!   arm that set it: a locked arm that changes it publishes its deadline with
+//!   `PERIOD_CHANGING`, stores the period, and clears the flag; lock-free arms go to the
+//!   lock while the flag is set or when their delay is not the period (see
+//!   `Shared::arm_locked`).
 //! - `FIRING` (timeout works): set by a worker before it reads the work's latest touch to
 //!   decide whether it is due, and cleared by every `touch()` that records a newer time.
 //!   The worker's take is a CAS that expects `FIRING`, so a touch that lands between the
 //!   worker's read and its take makes the take fail and the decision is made again.
+//!
+//!   A touch stores its stamp, then loads the word and clears `FIRING` if it is set (all
+//!   `SeqCst`). Its clear can come after the take: the worker read the stamp before the
+//!   touch stored it, and the take's CAS came before the clear. That touch did not return
+//!   before the take, and the callback may begin after it returned; it counts as a touch
+//!   during the run, which the completion honours (it reads the stamp after clearing
+//!   `RUNNING`, finds it newer than the one the run was taken with, and re-arms for
+//!   touch + idle). A touch that *returned* before the take is never followed by that
+//!   run: if it saw `FIRING`, its clear preceded the take, whose CAS then fails; if it
+//!   did not, its load preceded the worker's `FIRING` CAS in the `SeqCst` order, so its
+//!   stamp store did too, and the worker's stamp read after that CAS sees the stamp. No
+//!   lock-free touch can promise more: whatever a worker checks last, a touch just after
+//!   it overlaps the run's start. The loom model
+//!   `timeout::touch_against_the_fire_that_re_arms` pins this: a touch after which the
+//!   work is seen neither running nor run is never followed by the run.
 //!
 //! # Layout
 //!
@@ -89,6 +119,12 @@ pub(crate) const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// Its handle was given up with `Work::detach`: it lives on until its callback returns
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
 pub(crate) const DETACHED: u64 = 1 << 18;
+
+/// A `work()`'s period is being changed by a locked arm (see `Shared::arm_locked`): its
+/// lock-free arms take the lock meanwhile. The bit is [`FIRING`]'s: `FIRING` is only
+/// ever set on a timeout work and this only on a work whose period follows its arms
+/// (neither `every` nor timeout), so the two never meet on one work.
+pub(crate) const PERIOD_CHANGING: u64 = FIRING;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
@@ -204,6 +240,17 @@ impl State {
         if increment {
             self.set(RUNNING_INCREMENT);
         }
+    }
+
+    /// Whether its period follows its arms (a `work()`, neither `every` nor timeout).
+    pub(crate) fn period_follows_arms(self) -> bool {
+        !self.has(FIXED_PERIOD | TIMEOUT)
+    }
+
+    /// Whether a locked arm is changing its period (see [`PERIOD_CHANGING`], whose bit a
+    /// timeout work uses as `FIRING`).
+    pub(crate) fn period_changing(self) -> bool {
+        self.period_follows_arms() && self.has(PERIOD_CHANGING)
     }
 
     /// Whether an arm request must be refused (disabled, poisoned, being cancelled, or

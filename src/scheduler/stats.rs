@@ -1,8 +1,10 @@
 //! Per-work statistics: the columns of the kernel patch's `task_mm_cid_work` table.
 //!
 //! Only the thread running the work writes them (runs are exclusive), so each field is a
-//! relaxed load and store, never a read-modify-write; readers may see fields of two
-//! adjacent runs mixed, which is fine for statistics.
+//! load and a store, never a read-modify-write. A snapshot may mix the timings of two
+//! adjacent runs, and a run's timings may show before its count does; but the counts
+//! agree with each other: `parks <= runs` in every snapshot (see
+//! [`StatsCounters::count_run`]).
 //!
 //! The two maxima share one word as two 32-bit [`Approx`] values (exact below 16.7 ms,
 //! then within one part in 16 million, always rounded down), which keeps a work's header
@@ -13,6 +15,10 @@ use std::time::{Duration, Instant};
 use crate::sync::{AtomicU64, Ordering};
 
 /// A snapshot of a work's statistics, from [`Work::stats`](crate::Work::stats).
+///
+/// Taken without a lock while the work may be running: the counts agree with each other
+/// (`parks <= runs`, and each only grows), but the timings may include a run that is not
+/// counted in `runs` yet, or mix two adjacent runs.
 ///
 /// # Examples
 ///
@@ -92,14 +98,21 @@ impl StatsCounters {
         self.runs.load(Ordering::Relaxed)
     }
 
-    /// Counts a completed run; called under the core lock, as the run completes.
-    pub(crate) fn count_run(&self) {
+    /// Counts a completed run, and whether it parked; called under the core lock, as the
+    /// run completes. `runs` is stored before `parks` and [`snapshot`](Self::snapshot)
+    /// loads them in the other order (release and acquire), so a snapshot that sees a
+    /// run's park also sees the run: `parks <= runs` in every snapshot.
+    pub(crate) fn count_run(&self, parked: bool) {
         self.runs
-            .store(self.runs.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            .store(self.runs.load(Ordering::Relaxed) + 1, Ordering::Release);
+        if parked {
+            self.parks
+                .store(self.parks.load(Ordering::Relaxed) + 1, Ordering::Release);
+        }
     }
 
     /// Records a run's timings; only the thread that ran it calls this.
-    pub(crate) fn record(&self, started_ns: u64, busy: Duration, lateness_ns: u64, parked: bool) {
+    pub(crate) fn record(&self, started_ns: u64, busy: Duration, lateness_ns: u64) {
         let busy_ns = u64::try_from(busy.as_nanos()).unwrap_or(u64::MAX);
         let bump = |field: &AtomicU64, by: u64| {
             field.store(
@@ -116,7 +129,6 @@ impl StatsCounters {
             (u64::from(busy_max) << 32) | u64::from(lateness_max),
             Ordering::Relaxed,
         );
-        bump(&self.parks, u64::from(parked));
         bump(&self.busy_total_ns, busy_ns);
         self.last_run_ns
             .store(started_ns.saturating_add(1), Ordering::Relaxed);
@@ -125,9 +137,12 @@ impl StatsCounters {
     pub(crate) fn snapshot(&self, instant_at: impl Fn(u64) -> Instant) -> WorkStats {
         let last = self.last_run_ns.load(Ordering::Relaxed);
         let maxima = self.maxima.load(Ordering::Relaxed);
+        // `parks` first: see `count_run`.
+        let parks = self.parks.load(Ordering::Acquire);
+        let runs = self.runs.load(Ordering::Acquire);
         WorkStats {
-            runs: self.runs.load(Ordering::Relaxed),
-            parks: self.parks.load(Ordering::Relaxed),
+            runs,
+            parks,
             busy_total: Duration::from_nanos(self.busy_total_ns.load(Ordering::Relaxed)),
             busy_max: Duration::from_nanos(Approx::decode((maxima >> 32) as u32)),
             lateness_max: Duration::from_nanos(Approx::decode(maxima as u32)),

@@ -17,6 +17,11 @@
 //! `Next::After(d)`) and its latest `touch()` + idle. So the callback never runs while the
 //! work was touched within the last `idle`.
 //!
+//! "Touched" means a `touch()` that returned before the run began (before `is_running()`
+//! turned true). A touch still in progress as a run begins, like one during the run,
+//! cannot hold that run back (the callback may begin just after it returns); it
+//! re-arms the work for touch + idle when the run ends.
+//!
 //! - `touch()` on an armed (or running) timeout work records the time and takes no lock:
 //!   an atomic load, a clock read and a compare, plus one `fetch_max` when the clock has
 //!   moved since the last recorded touch. It never touches the timer structure.

@@ -40,7 +40,11 @@ thread_local! {
 
 /// Whether the current thread is one of `shared`'s workers.
 pub(crate) fn is_worker_of(shared: &Shared) -> bool {
-    WORKER_OF.with(|of| of.get() == shared as *const Shared as usize)
+    // `try_with`: a `Scheduler` may be dropped in a thread-local destructor that runs
+    // after this one's; no thread that is past its thread-locals is a worker.
+    WORKER_OF
+        .try_with(|of| of.get() == shared as *const Shared as usize)
+        .unwrap_or(false)
 }
 
 pub(crate) fn main(
