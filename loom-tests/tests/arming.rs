@@ -82,3 +82,43 @@ fn touch_against_a_run_that_returns_after() {
         assert_eq!(work.deadline(), Some(start + PERIOD * 6));
     });
 }
+
+/// Two threads arm a `work()` at once with different delays, one of them on the
+/// lock-free path (the work has a live entry placed no later than either deadline, and
+/// its period is that arm's delay): the period left is the delay of the arm whose
+/// deadline stands, whichever wins. Fails when the locked arm stores the period after
+/// its CAS without holding lock-free arms off (`PERIOD_CHANGING`).
+#[test]
+fn racing_arms_leave_the_period_of_the_deadline_that_stands() {
+    const SHORT: Duration = Duration::from_millis(10);
+    const LONG: Duration = Duration::from_millis(50);
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let work = Arc::new(sched.work(|_| Next::Park));
+        // A live entry at SHORT and the period LONG: a re-arm for LONG is one CAS, a
+        // re-arm for SHORT changes the period and takes the lock.
+        assert!(!work.reschedule(SHORT));
+        assert!(work.reschedule(LONG));
+        let start = sched.now();
+        let long = {
+            let work = work.clone();
+            thread::spawn(move || work.reschedule(LONG))
+        };
+        work.reschedule(SHORT);
+        long.join().unwrap();
+        let due = work.deadline().expect("pending") - start;
+        let period = work.period();
+        if period == LONG {
+            assert_eq!(
+                due, LONG,
+                "the period of the long arm, the deadline of the short one"
+            );
+        } else {
+            assert_eq!(period, SHORT);
+            assert_eq!(
+                due, SHORT,
+                "the period of the short arm, the deadline of the long one"
+            );
+        }
+    });
+}
