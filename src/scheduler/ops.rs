@@ -516,7 +516,7 @@ impl Shared {
                 || !state.has(PENDING)
                 || !(take_pending || state.has(YIELDED))
             {
-                break true;
+                break waited || ran_here;
             }
             let mut running = state;
             running.start_run();
