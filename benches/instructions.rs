@@ -1,0 +1,72 @@
+//! Instruction counts of the hot paths, for `valgrind --tool=callgrind`, which counts
+//! the same on a busy machine as on a quiet one (timings here are too noisy to compare
+//! two builds).
+//!
+//! Each run makes a real scheduler and the works below, then repeats one operation
+//! `count` times; the difference between a run with `count` and one with 0, divided by
+//! `count`, is that operation's cost in instructions (setup and thread start cancel out):
+//!
+//! ```text
+//! cargo bench --bench instructions --no-run
+//! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
+//! for op in pair touch timeout_touch enter; do
+//!   for n in 0 100000; do
+//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
+//!       grep -o 'Collected : [0-9]*'
+//!   done
+//! done
+//! ```
+//!
+//! - `pair`: `reschedule(1 h)` + `cancel()` on one of 1,024 `work()`s with live entries
+//!   (the lock-free pair).
+//! - `touch`: `touch()` on an armed periodic work (one load).
+//! - `timeout_touch`: `touch()` on an armed timeout work.
+//! - `enter`: `IdSpace::enter()` + drop on an id the thread holds.
+//!
+//! Run as a plain bench (`cargo bench --bench instructions`) it does each once, as a
+//! smoke test.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use nicework::{IdSpace, Next, Scheduler};
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|arg| !arg.starts_with("--"))
+        .collect();
+    let ops: Vec<&str> = match args.first() {
+        Some(op) => vec![op.as_str()],
+        None => vec!["pair", "touch", "timeout_touch", "enter"],
+    };
+    let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
+    let sched = Scheduler::new().expect("a scheduler");
+    let far = Duration::from_secs(3600);
+    let hot: Vec<_> = (0..1024).map(|_| sched.work(|_| Next::Park)).collect();
+    for work in &hot {
+        work.reschedule(far);
+        work.cancel();
+    }
+    let periodic = sched.every(far, |_| Next::Park);
+    let timeout = sched.timeout(far, |_| Next::Park);
+    let ids = IdSpace::new(&sched);
+    drop(ids.enter());
+    for op in ops {
+        match op {
+            "pair" => {
+                for i in 0..count {
+                    let work = &hot[(i % 1024) as usize];
+                    black_box(work.reschedule(far));
+                    black_box(work.cancel());
+                }
+            }
+            "touch" => (0..count).for_each(|_| black_box(&periodic).touch()),
+            "timeout_touch" => (0..count).for_each(|_| black_box(&timeout).touch()),
+            "enter" => (0..count).for_each(|_| {
+                black_box(ids.enter().get());
+            }),
+            other => panic!("unknown operation {other:?}: pair, touch, timeout_touch, enter"),
+        }
+    }
+}
