@@ -5,10 +5,11 @@
 //! Loom reports a deadlock when every thread is blocked, so a cycle that is not broken
 //! fails the model.
 
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::Duration;
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::Ordering::SeqCst;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 use nicework::{Next, Scheduler, Work};
 
@@ -150,5 +151,89 @@ fn an_unmatched_enable_never_undoes_a_waiting_cancel_sync() {
         assert!(!work.is_pending(), "re-armed after cancel_sync returned");
         sched.advance(PERIOD * 10);
         assert_eq!(runs.load(Ordering::SeqCst), runs_when_cancel_returned);
+    });
+}
+
+/// A wait that has ended does not count in the cycle check. `A` (flushed on the main
+/// thread) flushes `B` while `B`'s first run is in progress on another thread, which
+/// flushed it. That run arms `B` again and ends, so `A`'s wait is over; the other thread
+/// then flushes `B` again, and `B`'s second run cancels `A` with `cancel_sync`. Nothing
+/// waits for `B`'s second run, so this is no cycle: `cancel_sync` must wait for `A`'s
+/// run. Fails when the search follows the edge "A waits for B" that stays registered
+/// until the main thread takes the lock back after its wait.
+#[test]
+fn cancel_sync_from_a_run_that_nothing_waits_for_waits_for_the_other_run() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let a_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+        let b_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+        let b_started = Arc::new(AtomicBool::new(false));
+        let a_in_callback = Arc::new(AtomicBool::new(false));
+        let second_run_done = Arc::new(AtomicBool::new(false));
+        // Whether A's callback was still running when B's cancel_sync(A) returned.
+        let a_ran_on = Arc::new(AtomicBool::new(false));
+        let b = {
+            let (a_slot, b_slot, b_started, a_in_callback, second_run_done, a_ran_on, sched2) = (
+                a_slot.clone(),
+                b_slot.clone(),
+                b_started.clone(),
+                a_in_callback.clone(),
+                second_run_done.clone(),
+                a_ran_on.clone(),
+                sched.clone(),
+            );
+            Arc::new(sched.work(move |_| {
+                if !b_started.swap(true, SeqCst) {
+                    // First run: until A's flush waits for it (counted under the lock,
+                    // after its edge is registered), then arm the next instance.
+                    while sched2.metrics().lending.waited == 0 {
+                        thread::yield_now();
+                    }
+                    b_slot
+                        .get()
+                        .and_then(Weak::upgrade)
+                        .unwrap()
+                        .schedule(Duration::ZERO);
+                } else {
+                    let a = a_slot.get().and_then(Weak::upgrade).unwrap();
+                    a.cancel_sync();
+                    // Checked outside: a panic here would only poison B.
+                    a_ran_on.store(a_in_callback.load(SeqCst), SeqCst);
+                    second_run_done.store(true, SeqCst);
+                }
+                Next::Park
+            }))
+        };
+        let a = {
+            let (b_slot, b_started, a_in_callback) =
+                (b_slot.clone(), b_started.clone(), a_in_callback.clone());
+            Arc::new(sched.work(move |_| {
+                a_in_callback.store(true, SeqCst);
+                while !b_started.load(SeqCst) {
+                    thread::yield_now();
+                }
+                b_slot.get().and_then(Weak::upgrade).unwrap().flush();
+                a_in_callback.store(false, SeqCst);
+                Next::Park
+            }))
+        };
+        a_slot.set(Arc::downgrade(&a)).unwrap();
+        b_slot.set(Arc::downgrade(&b)).unwrap();
+        assert!(a.schedule(Duration::ZERO) && b.schedule(Duration::ZERO));
+        let other = {
+            let b = b.clone();
+            thread::spawn(move || {
+                assert!(b.flush()); // B's first run
+                assert!(b.flush()); // B's second run
+            })
+        };
+        assert!(a.flush());
+        other.join().unwrap();
+        assert!(second_run_done.load(SeqCst), "B's second run never came");
+        assert!(
+            !a_ran_on.load(SeqCst),
+            "B's cancel_sync(A) returned while A's callback still ran: A's ended wait for \
+             B's first run was taken for a wait cycle"
+        );
     });
 }

@@ -87,17 +87,49 @@ pub(crate) struct Restore {
 impl Restore {
     /// Puts the calling worker back to its own priority. Both steps only lower priority
     /// (a higher nice, or `SCHED_IDLE`), which any thread may do to itself.
-    pub(crate) fn apply(self) {
+    ///
+    /// Called under the core lock, so a failure is returned for the caller to log once
+    /// it let go of the lock (a `tracing` subscriber is user code).
+    pub(crate) fn apply(self) -> Result<(), LendingFailure> {
         let tid = priority::current_tid();
         if self.base_idle {
-            if let Err(error) = priority::Priority::Idle.apply_to_current_thread() {
-                tracing::warn!(%error, "could not return to SCHED_IDLE after a lent run");
-            }
+            let restored = priority::Priority::Idle.apply_to_current_thread();
             // Under SCHED_IDLE nice has no effect; putting it back may need the right we
             // lack when the base nice was below the limit, and then it stays where it is.
             let _ = priority::set_nice(tid, self.base_nice);
-        } else if let Err(error) = priority::set_nice(tid, self.base_nice) {
-            tracing::warn!(%error, "could not return to the worker's nice after a lent run");
+            restored.map_err(|error| LendingFailure {
+                error,
+                what: "could not return to SCHED_IDLE after a lent run",
+                warn: true,
+            })
+        } else {
+            priority::set_nice(tid, self.base_nice).map_err(|error| LendingFailure {
+                error,
+                what: "could not return to the worker's nice after a lent run",
+                warn: true,
+            })
+        }
+    }
+}
+
+/// A priority change that failed under the core lock, to be logged once it is released.
+#[derive(Debug)]
+#[must_use]
+pub(crate) struct LendingFailure {
+    error: std::io::Error,
+    what: &'static str,
+    /// A WARN event (the worker stays at a priority it should not have); else DEBUG.
+    warn: bool,
+}
+
+impl LendingFailure {
+    /// Logs it; call with no lock held.
+    pub(crate) fn log(self) {
+        let error = self.error;
+        if self.warn {
+            tracing::warn!(%error, "{}", self.what);
+        } else {
+            tracing::debug!(%error, "{}", self.what);
         }
     }
 }
@@ -150,14 +182,20 @@ impl Lending {
     /// A flusher is about to wait for the run of `cell_address`: raise its worker to the
     /// flusher's priority where allowed. `flusher` is the caller's (nice, is-idle), read
     /// lazily because most flushes never get here.
-    pub(crate) fn lend(&mut self, cell_address: usize, flusher: impl FnOnce() -> (i32, bool)) {
+    ///
+    /// A raise that fails is returned, to be logged once the core lock is released.
+    pub(crate) fn lend(
+        &mut self,
+        cell_address: usize,
+        flusher: impl FnOnce() -> (i32, bool),
+    ) -> Result<(), LendingFailure> {
         let Some(slot) = self.slots.iter_mut().find(|s| s.running == cell_address) else {
             self.stats.waited += 1;
-            return;
+            return Ok(());
         };
         let Some(limit) = self.limit else {
             self.stats.waited += 1;
-            return;
+            return Ok(());
         };
         let (flusher_nice, flusher_idle) = flusher();
         // SCHED_IDLE ranks below every nice value.
@@ -168,20 +206,25 @@ impl Lending {
         let target = flusher_nice.max(limit);
         if flusher_idle || target >= current {
             self.stats.waited += 1;
-            return;
+            return Ok(());
         }
         let from_idle = slot.base_idle && slot.lent.is_none();
         match priority::raise(slot.tid, target, from_idle) {
             Ok(()) => {
                 slot.lent = Some(target);
                 self.stats.raised += 1;
+                Ok(())
             }
             Err(error) => {
                 // The right was dropped after build (or a partial raise failed): wait,
                 // and still let the worker restore itself in case the nice changed.
-                tracing::debug!(%error, "could not lend priority to a running work");
                 slot.lent = slot.lent.or(Some(current));
                 self.stats.waited += 1;
+                Err(LendingFailure {
+                    error,
+                    what: "could not lend priority to a running work",
+                    warn: false,
+                })
             }
         }
     }
@@ -213,7 +256,7 @@ mod tests {
                 .send((priority::current_tid(), priority::current_nice().unwrap()))
                 .unwrap();
             if let Some(restore) = restore_rx.recv().unwrap() {
-                restore.apply();
+                restore.apply().unwrap();
             }
             priority::current_nice().unwrap()
         });
@@ -228,19 +271,19 @@ mod tests {
             lent: None,
         });
         lending.start(0, 0x1000);
-        lending.lend(0x2000, || (0, false));
+        let _ = lending.lend(0x2000, || (0, false));
         assert_eq!(
             lending.stats.waited, 1,
             "a run it does not wait for is not raised"
         );
-        lending.lend(0x1000, || (0, false));
+        let _ = lending.lend(0x1000, || (0, false));
         assert_eq!(lending.stats.raised, 1);
         assert_eq!(
             priority::nice_of(tid).unwrap(),
             5,
             "raised to the limit, not to 0"
         );
-        lending.lend(0x1000, || (-10, false));
+        let _ = lending.lend(0x1000, || (-10, false));
         assert_eq!(
             lending.stats.waited, 2,
             "already at the limit: nothing more to lend"
@@ -261,7 +304,7 @@ mod tests {
             running: 0x1000,
             lent: None,
         });
-        lending.lend(0x1000, || {
+        let _ = lending.lend(0x1000, || {
             unreachable!("the flusher's nice is not even read")
         });
         assert_eq!((lending.stats.raised, lending.stats.waited), (0, 1));

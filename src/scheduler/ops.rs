@@ -375,7 +375,7 @@ impl Shared {
         let waiting = if !running {
             None
         } else if frames::is_running_here(work) {
-            Some(Err(WaitCycle))
+            Some(Err(WaitCycle::own()))
         } else if release == Release::DropAndWait {
             Some(Ok(waits::begin_wait_unchecked(work)))
         } else {
@@ -396,7 +396,7 @@ impl Shared {
                 Some(Ok(_)) => new.set(CANCEL_WAITING),
                 // Waiting would wait for ourselves: the run's own re-arm is refused
                 // instead, and a dropped handle leaves the closure to the runner.
-                Some(Err(WaitCycle)) => {
+                Some(Err(_)) => {
                     new.set(REARM_REFUSED);
                     if released {
                         new.set(ORPHANED);
@@ -418,7 +418,11 @@ impl Shared {
         }
         let waiting = match waiting {
             None => return (was_pending, released),
-            Some(Err(WaitCycle)) => return (was_pending, false),
+            Some(Err(cycle)) => {
+                drop(core);
+                cycle.report();
+                return (was_pending, false);
+            }
             Some(Ok(waiting)) => waiting,
         };
         let address = frames::address(work);
@@ -487,6 +491,9 @@ impl Shared {
         let mut waited = false;
         let mut ran_here = false;
         let mut flusher = None;
+        // Found under the lock, logged once it is released: a subscriber is user code.
+        let mut cycle = None;
+        let mut lend_failure = None;
         update(work.header(), |old| Some(old.with(FLUSH_TAKEOVER)));
         let flushed = loop {
             let state = load(work.header());
@@ -496,17 +503,24 @@ impl Shared {
             // self-re-arming work would never let `flush` return).
             if state.has(RUNNING) && (!(waited || ran_here) || state.has(RUNNING_INCREMENT)) {
                 waited = true;
-                let Ok(waiting) = waits::begin_wait(work) else {
-                    // Waiting would close a wait cycle: as inside the own callback.
-                    break ran_here;
+                let waiting = match waits::begin_wait(work) {
+                    Ok(waiting) => waiting,
+                    Err(found) => {
+                        // Waiting would close a wait cycle: as inside the own callback.
+                        cycle = Some(found);
+                        break ran_here;
+                    }
                 };
                 // Lend this thread's priority to the worker running it, where allowed.
-                core.lending.lend(frames::address(work), || {
+                let lent = core.lending.lend(frames::address(work), || {
                     *flusher.get_or_insert_with(|| {
                         let nice = crate::priority::current_nice().unwrap_or(0);
                         (nice, crate::priority::current_is_idle())
                     })
                 });
+                if let Err(failure) = lent {
+                    lend_failure.get_or_insert(failure);
+                }
                 core = self.wait_for_run(core, work);
                 drop(waiting);
                 continue;
@@ -557,6 +571,13 @@ impl Shared {
         self.commit(&mut core, work, now, |old| {
             Some(old.without(FLUSH_TAKEOVER))
         });
+        drop(core);
+        if let Some(cycle) = cycle {
+            cycle.report();
+        }
+        if let Some(failure) = lend_failure {
+            failure.log();
+        }
         flushed
     }
 
@@ -568,9 +589,8 @@ impl Shared {
             .disable_counts
             .entry(frames::address(work))
             .or_insert(0);
-        if *count == DISABLE_MAX {
-            tracing::warn!(work = work.name(), "disable() nesting saturated");
-        } else {
+        let saturated = *count == DISABLE_MAX;
+        if !saturated {
             *count += 1;
         }
         let (old, _) = update(work.header(), |old| {
@@ -579,6 +599,11 @@ impl Shared {
             Some(new)
         })
         .expect("the edit always applies");
+        drop(core);
+        if saturated {
+            // Outside the lock: a subscriber is user code and may call into the scheduler.
+            tracing::warn!(work = work.name(), "disable() nesting saturated");
+        }
         old.has(PENDING)
     }
 

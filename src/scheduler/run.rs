@@ -241,11 +241,12 @@ impl Shared {
         touch_stamp: u64,
     ) {
         let mut core = self.lock();
-        if let Some(restore) = worker_slot.and_then(|slot| core.lending.finish(slot)) {
-            // Under the lock, before any waiter is told: when `flush` returns, the worker
-            // is back at its own priority, and no flusher can raise it in between.
-            restore.apply();
-        }
+        // Under the lock, before any waiter is told: when `flush` returns, the worker is
+        // back at its own priority, and no flusher can raise it in between. A failure is
+        // logged once the lock is released.
+        let restore_failure = worker_slot
+            .and_then(|slot| core.lending.finish(slot))
+            .and_then(|restore| restore.apply().err());
         let header = work.header();
         // Counted under the lock, together with clearing RUNNING: a waiter that saw the
         // run in progress knows it ended when the count moved (see `wait_for_run`).
@@ -316,6 +317,9 @@ impl Shared {
             core.deferred_yields += 1;
         }
         drop(core);
+        if let Some(failure) = restore_failure {
+            failure.log();
+        }
         if state.has(ORPHANED) {
             // The handle is gone and left the closure to us; its destructor is user
             // code, so it runs after the lock is released.

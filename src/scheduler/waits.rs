@@ -18,10 +18,13 @@
 //!   close a cycle: the caller does not wait and behaves as inside the own callback. If
 //!   every path ends at a work nobody registered as waiting, those can still finish, so
 //!   the caller waits.
-//! - An edge stays registered for exactly the duration of the wait (the registration is a
-//!   guard); the waiter re-checks its condition under the scheduler's lock, so a stale
-//!   edge never makes anyone wait, it can only report a cycle that is real at that moment
-//!   (the waited-for work is running again and would wait for us).
+//! - An edge stays registered for the duration of the wait (the registration is a
+//!   guard), and a little longer: from the end of the awaited run until the waiter has
+//!   woken and taken its scheduler's lock again. An edge knows which run it waits for
+//!   (the target's run count), and the search skips edges whose run has ended, so an
+//!   edge in that window never reports a cycle: its waiter waits for nobody. The waiter
+//!   re-checks its condition under the scheduler's lock, so a stale edge never makes
+//!   anyone wait either.
 //! - A thread outside every callback registers nothing: it holds no work, so no cycle can
 //!   pass through it. The common paths never touch this lock.
 //!
@@ -33,12 +36,29 @@ use super::frames;
 use super::WorkRef;
 use crate::sync::{lock, Mutex};
 
-/// One blocked thread: the works on its frame stack wait for `target`.
+/// One blocked thread: the works on its frame stack wait for `target`'s run to end,
+/// the one that completes as `target_work`'s `done_at`-th.
 #[derive(Debug)]
 struct Edge {
     serial: u64,
     holds: Vec<usize>,
     target: usize,
+    /// The work waited for, kept so that the edge can tell when its wait is over.
+    target_work: Option<WorkRef>,
+    /// The run count at which the awaited run has ended (see `Shared::wait_for_run`).
+    done_at: u64,
+}
+
+impl Edge {
+    /// Whether the run this edge waits for has ended: its waiter no longer waits for
+    /// `target`, though it has not woken to remove the edge yet. Runs are counted under
+    /// the target's core lock, before a later run of it can start, so a thread running
+    /// that later run sees the count.
+    fn is_over(&self) -> bool {
+        self.target_work
+            .as_ref()
+            .is_some_and(|work| work.header().stats.runs() >= self.done_at)
+    }
 }
 
 #[derive(Debug)]
@@ -60,7 +80,7 @@ impl Graph {
                 return true;
             }
             for (index, edge) in self.edges.iter().enumerate() {
-                if !seen[index] && edge.holds.contains(&current) {
+                if !seen[index] && edge.holds.contains(&current) && !edge.is_over() {
                     seen[index] = true;
                     reached.push(edge.target);
                 }
@@ -71,13 +91,15 @@ impl Graph {
 }
 
 impl Graph {
-    fn register(&mut self, holds: Vec<usize>, target: usize) -> Waiting {
+    fn register(&mut self, holds: Vec<usize>, target: &WorkRef) -> Waiting {
         let serial = self.next_serial;
         self.next_serial += 1;
         self.edges.push(Edge {
             serial,
             holds,
-            target,
+            target: frames::address(target),
+            target_work: Some(target.clone()),
+            done_at: target.header().stats.runs() + 1,
         });
         Waiting {
             serial: Some(serial),
@@ -148,19 +170,52 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         if let Some(serial) = self.serial {
             let mut graph = lock(graph());
-            graph.edges.retain(|edge| edge.serial != serial);
+            let index = graph.edges.iter().position(|edge| edge.serial == serial);
+            let edge = index.map(|index| graph.edges.swap_remove(index));
+            drop(graph);
+            // The edge's reference to the waited-for work may be the last one: dropped
+            // outside this leaf lock.
+            drop(edge);
         }
     }
 }
 
-/// Waiting for `target` would close a wait cycle.
+/// Waiting for `target` would close a wait cycle. The caller reports it with
+/// [`report`](Self::report) once it let go of its scheduler's lock: a `tracing`
+/// subscriber is user code and may call into the scheduler.
 #[derive(Debug)]
-pub(crate) struct WaitCycle;
+pub(crate) struct WaitCycle {
+    waiting: String,
+    waited_for: String,
+}
 
-/// Registers that the calling thread is about to wait for `target`'s run to end, or
-/// reports that this wait would close a cycle (and logs a warning naming both works).
-/// `target` must not be running on this thread (the caller checked
-/// [`frames::is_running_here`]).
+impl WaitCycle {
+    /// The wait is on the caller's own frame stack (the own callback): nothing to report.
+    pub(crate) fn own() -> WaitCycle {
+        WaitCycle {
+            waiting: String::new(),
+            waited_for: String::new(),
+        }
+    }
+
+    /// Logs the warning that names both works (nothing for [`own`](Self::own)). Call it
+    /// with no lock held.
+    pub(crate) fn report(&self) {
+        if self.waited_for.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            waiting = %self.waiting,
+            waited_for = %self.waited_for,
+            "wait cycle between works: not waiting, as if called inside the own callback"
+        );
+    }
+}
+
+/// Registers that the calling thread is about to wait for `target`'s run in progress to
+/// end, or reports that this wait would close a cycle (see [`WaitCycle::report`]). The
+/// caller holds `target`'s core lock and has seen it running, and `target` is not
+/// running on this thread (the caller checked [`frames::is_running_here`]).
 pub(crate) fn begin_wait(target: &WorkRef) -> Result<Waiting, WaitCycle> {
     let holds = frames::running_here();
     if holds.is_empty() {
@@ -170,15 +225,12 @@ pub(crate) fn begin_wait(target: &WorkRef) -> Result<Waiting, WaitCycle> {
     let mut graph = lock(graph());
     if graph.closes_cycle(&holds, target_address) {
         drop(graph);
-        let waiting = frames::innermost_name().unwrap_or_default();
-        tracing::warn!(
-            waiting = %waiting,
-            waited_for = target.name(),
-            "wait cycle between works: not waiting, as if called inside the own callback"
-        );
-        return Err(WaitCycle);
+        return Err(WaitCycle {
+            waiting: frames::innermost_name().unwrap_or_default(),
+            waited_for: target.name().to_owned(),
+        });
     }
-    Ok(graph.register(holds, target_address))
+    Ok(graph.register(holds, target))
 }
 
 /// Registers that the calling thread waits for `target` without checking for a cycle:
@@ -189,7 +241,7 @@ pub(crate) fn begin_wait_unchecked(target: &WorkRef) -> Waiting {
     if holds.is_empty() {
         return Waiting { serial: None };
     }
-    lock(graph()).register(holds, frames::address(target))
+    lock(graph()).register(holds, target)
 }
 
 #[cfg(test)]
@@ -201,6 +253,8 @@ mod tests {
             serial,
             holds: holds.to_vec(),
             target,
+            target_work: None,
+            done_at: 0,
         }
     }
 
