@@ -34,7 +34,7 @@ static REGISTER: Mutex<()> = Mutex::new(());
 
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
-    crate::scheduler::names::after_fork();
+    crate::scheduler::work::names::after_fork();
 }
 
 /// The current fork generation, registering the handler on first use.
@@ -60,8 +60,8 @@ fn register() {
     // async-signal-safe, and the prepare handler takes a lock no forking thread holds.
     let rc = unsafe {
         libc::pthread_atfork(
-            Some(crate::scheduler::names::before_fork),
-            Some(crate::scheduler::names::after_fork),
+            Some(crate::scheduler::work::names::before_fork),
+            Some(crate::scheduler::work::names::after_fork),
             Some(in_child),
         )
     };

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use super::core::Config;
 use crate::clock::nanos;
+use crate::scheduler::shared::Config;
 use crate::{Error, Priority, Scheduler};
 
 /// Most worker threads one scheduler may have.
@@ -151,7 +151,7 @@ impl Builder {
             priority: self.priority,
             workers: self.workers,
             slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK))
-                .next_multiple_of(crate::scheduler::state::DEADLINE_UNIT_NS),
+                .next_multiple_of(crate::scheduler::work::state::DEADLINE_UNIT_NS),
             back_off: self.back_off,
         })
     }
@@ -175,8 +175,8 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 fn start(config: Config) -> Result<Scheduler, Error> {
     use std::sync::{mpsc, Arc};
 
-    use super::core::Shared;
     use crate::clock::timerfd::TimerSource;
+    use crate::scheduler::shared::Shared;
     use crate::sync::lock_std;
 
     let source = TimerSource::new()?;
@@ -193,7 +193,7 @@ fn start(config: Config) -> Result<Scheduler, Error> {
         let tx = started_tx.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("{}-{index}", shared.config.name))
-            .spawn(move || super::worker::main(thread_shared, reader, tx))?;
+            .spawn(move || crate::scheduler::worker::main(thread_shared, reader, tx))?;
         lock_std(&shared.threads).push(spawned);
     }
     drop(started_tx);

@@ -52,7 +52,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::scheduler::backoff::Backoff;
-use crate::scheduler::frames;
+use crate::scheduler::wait::frames;
 use crate::sync::lock_std;
 use crate::{Next, Scheduler, Work};
 
@@ -147,7 +147,7 @@ impl<E> Job<'_, E> {
                         // Only the first panic is resumed. Dropping a payload runs user
                         // code that may panic again: do it outside the lock, contained.
                         drop(first);
-                        crate::scheduler::run::drop_payload(payload);
+                        crate::scheduler::work::run::drop_payload(payload);
                     }
                 }
             }

@@ -13,9 +13,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::builder::Builder;
-use super::core::Shared;
-use super::metrics::Metrics;
+use crate::scheduler::builder::Builder;
+use crate::scheduler::metrics::Metrics;
+use crate::scheduler::shared::Shared;
 
 use crate::scheduler::{Ctx, Next, Work};
 use crate::sync::{lock_std, Ordering};
@@ -394,7 +394,9 @@ impl Drop for Scheduler {
             return;
         }
         self.shared().shutdown();
-        if super::worker::is_worker_of(self.shared()) || super::frames::in_callback() {
+        if crate::scheduler::worker::is_worker_of(self.shared())
+            || crate::scheduler::wait::frames::in_callback()
+        {
             // Dropped from inside a callback. On one of our own workers: that worker exits
             // after the run. On any other thread running a callback: joining could wait
             // for a worker whose callback waits for ours (a wait cycle no graph sees), so

@@ -3,8 +3,8 @@
 //! Everything is read under the core lock at one moment, except the wakeup count, which
 //! comes from `/proc` right after (a kernel counter the lock does not cover).
 
-use super::core::Shared;
-use super::lending::LendingStats;
+use crate::scheduler::shared::Shared;
+use crate::scheduler::wait::lending::LendingStats;
 use crate::sync::lock_std;
 
 /// A snapshot of a scheduler's diagnostics, from [`Scheduler::metrics`].

@@ -22,12 +22,12 @@ use std::cell::Cell;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
-use super::backoff::Backoff;
-use super::core::Shared;
-use super::handle::Handle;
-use super::run::Executed;
-use super::state::units_to_ns;
 use crate::clock::timerfd::TimerReader;
+use crate::scheduler::backoff::Backoff;
+use crate::scheduler::handle::Handle;
+use crate::scheduler::shared::Shared;
+use crate::scheduler::work::run::Executed;
+use crate::scheduler::work::state::units_to_ns;
 use crate::sync::{thread_local, wait};
 use crate::Error;
 
@@ -83,7 +83,7 @@ pub(crate) fn main(
         if let Some(mut taken) = taken {
             taken.worker_slot = Some(slot);
             core.lending
-                .start(slot, crate::scheduler::frames::address(&taken.work));
+                .start(slot, crate::scheduler::wait::frames::address(&taken.work));
             // Hand on what this worker leaves behind: more due works go to an idle
             // follower (or wake the poller), and someone must keep watching the timerfd.
             if core.timers.has_ready() {
@@ -109,7 +109,7 @@ pub(crate) fn main(
         if !core.poller_blocked {
             let wake = core
                 .timers
-                .next_wake(super::run::now_units(now))
+                .next_wake(crate::scheduler::work::run::now_units(now))
                 .map(units_to_ns);
             shared.program(&mut core, wake, now);
             core.poller_blocked = true;

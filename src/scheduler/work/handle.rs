@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use super::{Ctx, Header, Next, WorkStats};
 
-use super::core::Shared;
-use super::inner::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
-use super::ops::{Release, PRECISE_TOUCH};
-use super::run::drop_contained;
-use super::state::{State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT};
+use crate::scheduler::shared::Shared;
+use crate::scheduler::work::allocation::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
+use crate::scheduler::work::ops::{Release, PRECISE_TOUCH};
+use crate::scheduler::work::run::drop_contained;
+use crate::scheduler::work::state::{
+    State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT,
+};
 use crate::sync::Ordering;
 use crate::Scheduler;
 

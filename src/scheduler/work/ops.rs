@@ -13,22 +13,18 @@
 //! when the delay is long enough for the coarse clock (see `clock`). Everything else
 //! takes the core lock through the fork gate.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{cas, load, update, Core, Shared};
-use super::handle::Handle;
-use super::run::{leave_forked_child, Executed, Taken};
-use super::state::{
-    State, CANCEL_WAITING, DETACHED, DISABLED, DISABLE_MAX, FIRING, FLUSH_TAKEOVER, ORPHANED,
-    PENDING, PERIOD_CHANGING, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, TIMEOUT,
-    TOUCHED_IN_RUN, YIELDED,
-};
-use super::waits::WaitCycle;
 use super::WorkRef;
-use super::{frames, waits};
 use crate::clock::nanos;
-use crate::sync::{load_ordered_after_seqcst_writes, wait, MutexGuard, Ordering};
+use crate::scheduler::shared::{cas, load, update, Shared};
+use crate::scheduler::wait::cycles::WaitCycle;
+use crate::scheduler::wait::{cycles as waits, frames};
+use crate::scheduler::work::state::{
+    State, CANCEL_WAITING, DETACHED, DISABLED, DISABLE_MAX, FIRING, ORPHANED, PENDING,
+    PERIOD_CHANGING, QUEUED, REARM_REFUSED, RUNNING, STOPPED, TIMEOUT, TOUCHED_IN_RUN,
+};
+use crate::sync::{load_ordered_after_seqcst_writes, Ordering};
 
 /// Whether a cancel comes from a dropped handle, whose closure must then be freed by
 /// whoever ends the work's last run.
@@ -210,7 +206,7 @@ impl Shared {
             return None;
         }
         let due = state.deadline().max(self.postponed_to(work));
-        Some(super::state::units_to_ns(due))
+        Some(crate::scheduler::work::state::units_to_ns(due))
     }
 
     /// Gives up the handle: the work lives on until its callback returns `Stop` or
@@ -454,131 +450,6 @@ impl Shared {
         });
         drop(core);
         (was_pending, released)
-    }
-
-    /// Waits until the run in progress (`RUNNING` is set when this is called) has
-    /// completed. A later run of the same work is not waited for: runs are counted under
-    /// the core lock as they complete, and the run in progress is not counted yet.
-    fn wait_for_run<'a>(
-        &'a self,
-        mut core: MutexGuard<'a, Core>,
-        work: &WorkRef,
-    ) -> MutexGuard<'a, Core> {
-        let done_at = work.header().stats.runs() + 1;
-        core.run_waiters += 1;
-        while load(work.header()).has(RUNNING) && work.header().stats.runs() < done_at {
-            core = wait(&self.run_done, core);
-        }
-        core.run_waiters -= 1;
-        core
-    }
-
-    pub(crate) fn flush(self: &Arc<Self>, work: &WorkRef) -> bool {
-        if frames::is_running_here(work) {
-            return false;
-        }
-        let Some(mut core) = self.lock_unless_forked() else {
-            return false;
-        };
-        let state = load(work.header());
-        if !state.has(PENDING | RUNNING) {
-            return false;
-        }
-        // A flush covers the instance pending when it started, plus the increments of a
-        // yielding work. While it lasts, workers leave `Yield` increments to it
-        // (`FLUSH_TAKEOVER`), so the takeover does not depend on who gets the lock first.
-        let mut take_pending = state.has(PENDING);
-        let mut waited = false;
-        let mut ran_here = false;
-        let mut flusher = None;
-        // Found under the lock, logged once it is released: a subscriber is user code.
-        let mut cycle = None;
-        let mut lend_failure = None;
-        update(work.header(), |old| Some(old.with(FLUSH_TAKEOVER)));
-        let flushed = loop {
-            let state = load(work.header());
-            // The run in progress when the flush started, and a `Yield` increment a worker
-            // took before the takeover began, are waited for; a run that `Again`/`After`
-            // armed once the flush had waited for or run its instance is not (a busy
-            // self-re-arming work would never let `flush` return).
-            if state.has(RUNNING) && (!(waited || ran_here) || state.has(RUNNING_INCREMENT)) {
-                waited = true;
-                let waiting = match waits::begin_wait(work) {
-                    Ok(waiting) => waiting,
-                    Err(found) => {
-                        // Waiting would close a wait cycle: as inside the own callback.
-                        cycle = Some(found);
-                        break ran_here;
-                    }
-                };
-                // Lend this thread's priority to the worker running it, where allowed.
-                let lent = core.lending.lend(frames::address(work), || {
-                    *flusher.get_or_insert_with(|| {
-                        let nice = crate::priority::current_nice().unwrap_or(0);
-                        (nice, crate::priority::current_is_idle())
-                    })
-                });
-                if let Err(failure) = lent {
-                    lend_failure.get_or_insert(failure);
-                }
-                core = self.wait_for_run(core, work);
-                drop(waiting);
-                continue;
-            }
-            if core.shutdown
-                || state.has(RUNNING)
-                || !state.has(PENDING)
-                || !(take_pending || state.has(YIELDED))
-            {
-                break waited || ran_here;
-            }
-            let mut running = state;
-            running.start_run();
-            if !cas(work.header(), state, running) {
-                continue;
-            }
-            if state.has(QUEUED) {
-                // Its entry stays behind, stale.
-                self.note_stale(&mut core, 1);
-            }
-            take_pending = false;
-            ran_here = true;
-            let deadline_ns = super::state::units_to_ns(state.deadline());
-            let touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
-            core.lending.stats.helped += 1;
-            let now = self.now_ns();
-            drop(core);
-            let handle = Handle::new(self.clone());
-            let executed = self.execute(
-                handle.as_scheduler(),
-                Taken {
-                    work: work.clone(),
-                    deadline_ns,
-                    touch_stamp,
-                    worker_slot: None,
-                },
-                now,
-                None,
-            );
-            if executed == Executed::InForkedChild {
-                return leave_forked_child(true);
-            }
-            core = self.lock();
-        };
-        // Hand a left-over increment (one a worker skipped for us) back to the workers:
-        // it has no live entry, so `commit` links one.
-        let now = self.now_ns();
-        self.commit(&mut core, work, now, |old| {
-            Some(old.without(FLUSH_TAKEOVER))
-        });
-        drop(core);
-        if let Some(cycle) = cycle {
-            cycle.report();
-        }
-        if let Some(failure) = lend_failure {
-            failure.log();
-        }
-        flushed
     }
 
     pub(crate) fn disable(&self, work: &WorkRef) -> bool {

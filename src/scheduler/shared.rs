@@ -5,14 +5,14 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::entry::Entry;
-use super::lending::Lending;
-use super::state::{
-    units_ceil, State, DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, YIELDED,
-};
 use super::{Header, WorkRef};
 use crate::clock::timerfd::TimerSource;
 use crate::clock::Clock;
+use crate::scheduler::wait::lending::Lending;
+use crate::scheduler::work::entry::Entry;
+use crate::scheduler::work::state::{
+    units_ceil, State, DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, YIELDED,
+};
 use crate::sync::{lock, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 use crate::timer::Timers;
 use crate::Priority;
@@ -302,8 +302,9 @@ impl Shared {
             }
             // Due now: a new entry on the ready queue, since the live one (if any) may
             // wait for a later tick.
-            let due_now =
-                new.has(PENDING) && new.deadline() <= super::run::now_units(now_ns) && old != new;
+            let due_now = new.has(PENDING)
+                && new.deadline() <= crate::scheduler::work::run::now_units(now_ns)
+                && old != new;
             let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
             if old != new && !cas(work.header(), old, new) {
                 continue;
@@ -316,9 +317,13 @@ impl Shared {
                 core.timers.insert(
                     Entry::new(work, epoch),
                     deadline,
-                    super::run::now_units(now_ns),
+                    crate::scheduler::work::run::now_units(now_ns),
                 );
-                self.kick(core, super::state::units_to_ns(deadline), now_ns);
+                self.kick(
+                    core,
+                    crate::scheduler::work::state::units_to_ns(deadline),
+                    now_ns,
+                );
             }
             return Some((old, new));
         }
@@ -412,8 +417,8 @@ impl Shared {
     pub(super) fn wake_poller_by(&self, core: &mut Core, now_ns: u64) {
         let next = core
             .timers
-            .next_wake(super::run::now_units(now_ns))
-            .map(super::state::units_to_ns);
+            .next_wake(crate::scheduler::work::run::now_units(now_ns))
+            .map(crate::scheduler::work::state::units_to_ns);
         if let Some(wake_ns) = next {
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
@@ -478,7 +483,7 @@ impl Shared {
         drop(core);
         // Closures are user code: dropped outside the lock, contained.
         for work in ended {
-            super::run::drop_contained(&work);
+            crate::scheduler::work::run::drop_contained(&work);
         }
         // Every remaining closure was dropped or is kept by its handle, so dropping the
         // entries runs no user code.

@@ -7,18 +7,20 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::backoff::Backoff;
-use super::core::{cas, load, update, Core, Shared};
-use super::entry::Entry;
-use super::ops::PRECISE_TOUCH;
-use super::state::{
+use super::WorkRef;
+use super::{Ctx, Next};
+use crate::clock::nanos;
+use crate::scheduler::backoff::Backoff;
+use crate::scheduler::shared::{cas, load, update, Core, Shared};
+use crate::scheduler::wait::frames;
+use crate::scheduler::work::entry::Entry;
+use crate::scheduler::work::ops::PRECISE_TOUCH;
+use crate::scheduler::work::state::{
     units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING,
     FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
     STOPPED, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
 };
-use super::WorkRef;
-use super::{frames, Ctx, Next, Scheduler};
-use crate::clock::nanos;
+use crate::scheduler::Scheduler;
 use crate::sync::{fence, load_ordered_after_seqcst_writes, Ordering};
 
 /// A run that was taken and must now be executed.

@@ -2,7 +2,7 @@
 //!
 //! `flush`, `cancel_sync` and drop wait for a running instance to end. Called from inside
 //! a callback, that wait blocks every callback on the waiting thread's frame stack (see
-//! [`frames`](super::frames)). Two callbacks that wait for each other, directly or through
+//! [`frames`]). Two callbacks that wait for each other, directly or through
 //! a chain of other works' waits, would wait forever; the kernel only warns about this
 //! (lockdep), nicework breaks the cycle.
 //!
@@ -32,8 +32,8 @@
 //! taken and no user code runs while it is held. A `fork()`ed child starts a fresh graph
 //! (see `graph`), so a lock held by a parent thread at the fork never blocks it.
 
-use super::frames;
-use super::WorkRef;
+use crate::scheduler::wait::frames;
+use crate::scheduler::WorkRef;
 use crate::sync::{lock, Mutex};
 
 /// One blocked thread: the works on its frame stack wait for `target`'s run to end,

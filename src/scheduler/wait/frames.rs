@@ -5,7 +5,7 @@
 //! "would waiting for this work's run wait for ourselves?", which turns `cancel_sync`,
 //! `flush` and drop from inside the own callback into their documented non-waiting forms
 //! instead of a deadlock, and it is what a thread holds in the wait-for graph
-//! ([`waits`](super::waits)).
+//! ([`cycles`](super::cycles)).
 //!
 //! # An intrusive stack, reachable in every thread-local destructor
 //!
@@ -27,13 +27,13 @@
 //!   helper's frame points at the caller's [`snapshot`], which the caller keeps (with
 //!   its own frames' works running) until every helper's run ended.
 //!
-//! [`Shared::execute`]: crate::scheduler::core::Shared::execute
+//! [`Shared::execute`]: crate::scheduler::shared::Shared::execute
 
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ptr;
 
-use super::{Callback, WorkInner, WorkRef};
+use crate::scheduler::{Callback, WorkInner, WorkRef};
 
 #[cfg(not(all(loom, feature = "loom")))]
 std::thread_local! {

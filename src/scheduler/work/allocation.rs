@@ -21,13 +21,13 @@
 //! Arc counts (16 B) + state (8) + period (8) + five statistics words (40) = 72 B before
 //! the closure's captures; a timeout work adds its idle duration (8). An armed work adds
 //! its timer entry (16 B), so it stays within the kernel's 88-byte `struct delayed_work`
-//! plus one word. A custom name lives in the [name table](super::names).
+//! plus one word. A custom name lives in the [name table](crate::scheduler::work::names).
 
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use super::state::{State, CLOSURE_DROPPED, NAMED, TIMEOUT};
 use super::{names, Ctx, Next, StatsCounters};
+use crate::scheduler::work::state::{State, CLOSURE_DROPPED, NAMED, TIMEOUT};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.

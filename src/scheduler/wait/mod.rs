@@ -1,0 +1,17 @@
+//! Everything that waits for a run:
+//!
+//! - [`frames`]: which works run on the current thread (the frame stack), so that a wait
+//!   from inside a callback for its own work does not wait.
+//! - [`cycles`]: the process-wide wait-for graph, which breaks cycles of callbacks
+//!   waiting for each other.
+//! - [`flush`]: `flush`, and the wait for the end of a run that `cancel_sync`, drop and
+//!   `flush` share.
+//! - [`lending`]: priority lending: a flusher raises the worker running what it waits
+//!   for, where the process may.
+
+pub(crate) mod cycles;
+pub(crate) mod flush;
+pub(crate) mod frames;
+pub(crate) mod lending;
+
+pub use lending::LendingStats;
