@@ -8,11 +8,12 @@ use super::{Ctx, Header, Next, WorkStats};
 
 use crate::scheduler::shared::Shared;
 use crate::scheduler::work::allocation::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
-use crate::scheduler::work::ops::{Release, PRECISE_TOUCH};
+use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::run::drop_contained;
 use crate::scheduler::work::state::{
     State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT,
 };
+use crate::scheduler::work::timeout::PRECISE_TOUCH;
 use crate::sync::Ordering;
 use crate::Scheduler;
 

@@ -4,7 +4,9 @@
 //! - [`allocation`]: the heap half of a work: its [`Header`] (state word, period, stats)
 //!   and its closure, and who may call or drop the closure.
 //! - [`state`]: the state word, its flags, and the ground rules of its transitions.
-//! - [`ops`]: the operations behind the handle: arming, cancelling, `disable`/`enable`.
+//! - [`arming`]: `schedule`, `reschedule`, `schedule_within`, a periodic work's
+//!   `touch`, `detach`: lock-free where the live timer entry serves, else under the lock.
+//! - [`cancel`]: `cancel`, `cancel_sync` and the handle's drop, `disable`/`enable`.
 //! - [`timeout`]: idle timeouts: the constructor, the lock-free touch, and when a
 //!   touched work is due.
 //! - [`run`]: a run's lifecycle: take, execute (unlocked, contained), complete; manual
@@ -66,12 +68,13 @@
 //!   calls return `false`, runs already in progress finish, and their re-arm is refused.
 
 pub(crate) mod allocation;
+pub(crate) mod arming;
+pub(crate) mod cancel;
 pub(crate) mod ctx;
 pub(crate) mod entry;
 pub(crate) mod handle;
 pub(crate) mod names;
 pub(crate) mod object;
-pub(crate) mod ops;
 pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod stats;

@@ -14,7 +14,6 @@ use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{cas, load, update, Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::Entry;
-use crate::scheduler::work::ops::PRECISE_TOUCH;
 use crate::scheduler::work::state::{
     units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING,
     FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
@@ -103,17 +102,6 @@ impl Shared {
             }
             return Class::Due(state, due, stamp);
         }
-    }
-
-    /// When a timeout work touched at `stamp` may run (units): never earlier than the
-    /// true touch + idle.
-    pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
-        let precise = stamp & PRECISE_TOUCH != 0;
-        let Some(touched) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
-            return 0; // never touched: nothing postpones it
-        };
-        let at = touched.saturating_add(self.touch_margin_ns(!precise));
-        units_ceil(at.saturating_add(idle_ns))
     }
 
     /// Moves what is due at `now_ns` from the wheel to the ready queue, dropping stale

@@ -44,8 +44,12 @@
 
 use std::time::Duration;
 
+use super::WorkRef;
 use crate::clock::nanos;
+use crate::scheduler::shared::{load, Shared};
+use crate::scheduler::work::state::{units_ceil, State, FIRING, PENDING, RUNNING, TIMEOUT};
 use crate::scheduler::{Ctx, Next, Scheduler, Work};
+use crate::sync::{load_ordered_after_seqcst_writes, Ordering};
 
 impl Scheduler {
     /// Creates an idle timeout: a work armed for now + `idle` that every
@@ -79,5 +83,67 @@ impl Scheduler {
         let work = Work::new_timeout(self, f, nanos(idle));
         self.shared().arm_new(work.inner(), idle);
         work
+    }
+}
+
+/// A timeout work's touch stamp (the time of its latest touch + 1, or 0 if never
+/// touched): the high bit says it is recorded with the full clock.
+pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
+
+impl Shared {
+    /// A timeout work's postponement: due no earlier than this (units) by its latest
+    /// touch; 0 for other works.
+    pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
+        if !load(work.header()).has(TIMEOUT) {
+            return 0;
+        }
+        let stamp = work.header().period_or_touch.load(Ordering::Acquire);
+        self.touch_due(stamp, work.period_ns())
+    }
+
+    /// A timeout work's touch: records the time (raising the stamp at most once per
+    /// clock tick), and arms the work only if it is neither armed nor running.
+    ///
+    /// Ordering: the stamp's `fetch_max` comes before a `SeqCst` re-read of the state
+    /// word, and both the worker's decision to run (it sets `FIRING`, then reads the
+    /// stamp) and a run's completion (it clears `RUNNING`, then reads the stamp) do the
+    /// mirror image. So either they see the new stamp, or this touch sees their state
+    /// change: it clears `FIRING` (the worker's take then fails and decides again) or
+    /// finds the work neither armed nor running and arms it itself.
+    #[inline(always)]
+    pub(crate) fn touch_timeout(&self, work: &WorkRef) {
+        // No fork gate here: recording a stamp in a forked child's copy is harmless, and
+        // the slow path below has the gate.
+        let stamp_word = &work.header().period_or_touch;
+        let recorded = load_ordered_after_seqcst_writes(stamp_word);
+        let precise = recorded & PRECISE_TOUCH;
+        // Stamps are the time + 1, so that 0 means "never touched"; they stay below the
+        // precision bit (a saturated virtual clock reads u64::MAX).
+        let stamp = (self.touch_stamp(precise == 0).min(PRECISE_TOUCH - 2) + 1) | precise;
+        if stamp > recorded {
+            stamp_word.fetch_max(stamp, Ordering::SeqCst);
+        }
+        // Read after the stamp, also when another touch recorded the same one: if the
+        // worker set FIRING before this read, it may have read the stamp before that other
+        // touch stored it, so this touch clears FIRING too, and the worker decides again.
+        let state = State(load_ordered_after_seqcst_writes(&work.header().state));
+        if state.has(FIRING) {
+            work.header().state.fetch_and(!FIRING, Ordering::SeqCst);
+        }
+        if state.has(PENDING | RUNNING) {
+            return;
+        }
+        self.touch_slow(work);
+    }
+
+    /// When a timeout work touched at `stamp` may run (units): never earlier than the
+    /// true touch + idle.
+    pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
+        let precise = stamp & PRECISE_TOUCH != 0;
+        let Some(touched) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
+            return 0; // never touched: nothing postpones it
+        };
+        let at = touched.saturating_add(self.touch_margin_ns(!precise));
+        units_ceil(at.saturating_add(idle_ns))
     }
 }
