@@ -43,5 +43,5 @@ pub use global::global;
 pub use handle::Scheduler;
 pub use metrics::Metrics;
 pub use wait::LendingStats;
-pub(crate) use work::{Callback, Header, WorkInner, WorkRef};
+pub(crate) use work::{Callback, WorkInner, WorkRef};
 pub use work::{Ctx, Next, ObjectRef, Work, WorkStats};

@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use super::{Header, WorkRef};
+use super::WorkRef;
 use crate::clock::timerfd::TimerSource;
 use crate::clock::Clock;
 use crate::scheduler::wait::lending::Lending;
@@ -108,34 +108,6 @@ impl std::fmt::Debug for Shared {
             .field("config", &self.config)
             .field("manual", &self.clock.is_manual())
             .finish_non_exhaustive()
-    }
-}
-
-pub(super) fn load(header: &Header) -> State {
-    header.load()
-}
-
-/// Publishes `new` if the word still is `old`.
-pub(super) fn cas(header: &Header, old: State, new: State) -> bool {
-    header
-        .state
-        .compare_exchange(old.0, new.0, Ordering::SeqCst, Ordering::Acquire)
-        .is_ok()
-}
-
-/// Applies `edit` to the state word with a CAS loop and returns the old and new words;
-/// `None` from `edit` leaves the word as it is. For edits that never arm (arming goes
-/// through [`Shared::commit`], which links an entry when one is needed).
-pub(super) fn update(
-    header: &Header,
-    mut edit: impl FnMut(State) -> Option<State>,
-) -> Option<(State, State)> {
-    loop {
-        let old = load(header);
-        let new = edit(old)?;
-        if old == new || cas(header, old, new) {
-            return Some((old, new));
-        }
     }
 }
 
@@ -280,7 +252,7 @@ impl Shared {
 
     // === arming, under the core lock ===
 
-    /// Applies `edit` to `work`'s state word with a CAS loop, as [`update`], and links a
+    /// Applies `edit` to `work`'s state word with a CAS loop, as [`StateCell::update`](crate::scheduler::work::state::StateCell::update), and links a
     /// new timer entry when the result is armed and needs one (no live entry, or a
     /// deadline earlier than the live entry's). `now_ns` is the caller's reading of the
     /// clock. Returns the old and new words, or `None` if `edit` declined.
@@ -292,7 +264,7 @@ impl Shared {
         mut edit: impl FnMut(State) -> Option<State>,
     ) -> Option<(State, State)> {
         loop {
-            let old = load(work.header());
+            let old = work.header().state.load();
             let mut new = edit(old)?;
             if core.shutdown {
                 // Nothing is armed after shutdown: its drain is over, so an arm now would
@@ -306,7 +278,7 @@ impl Shared {
                 && new.deadline() <= crate::scheduler::work::run::now_units(now_ns)
                 && old != new;
             let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
-            if old != new && !cas(work.header(), old, new) {
+            if old != new && !work.header().state.cas(old, new) {
                 continue;
             }
             if let Some(epoch) = epoch {
@@ -349,7 +321,7 @@ impl Shared {
         core.timers.retain(|entry| {
             let header = entry.work().header();
             loop {
-                let state = load(header);
+                let state = header.state.load();
                 if !state.is_live_entry(entry.epoch()) {
                     return false;
                 }
@@ -357,7 +329,7 @@ impl Shared {
                     return kept.insert(entry.work().address());
                 }
                 // Live but disarmed (cancelled): drop it, and with it the claim.
-                if cas(header, state, state.without(QUEUED)) {
+                if header.state.cas(state, state.without(QUEUED)) {
                     return false;
                 }
             }
@@ -368,7 +340,7 @@ impl Shared {
     pub(super) fn count_armed(&self, core: &Core) -> usize {
         let mut armed = HashSet::new();
         core.timers.for_each(|entry| {
-            let state = load(entry.work().header());
+            let state = entry.work().header().state.load();
             if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
                 armed.insert(entry.work().address());
             }
@@ -461,16 +433,20 @@ impl Shared {
         let entries = core.timers.drain();
         let mut ended = Vec::new();
         for entry in &entries {
-            let (old, _) = update(entry.work().header(), |state| {
-                let mut new = state.without(PENDING | YIELDED | QUEUED);
-                if state.has(DETACHED) && !state.has(RUNNING) {
-                    // A detached work's life ends with the scheduler (a running one's
-                    // ends when its run completes, with its re-arm refused).
-                    new.set(ORPHANED);
-                }
-                Some(new)
-            })
-            .expect("the edit always applies");
+            let (old, _) = entry
+                .work()
+                .header()
+                .state
+                .update(|state| {
+                    let mut new = state.without(PENDING | YIELDED | QUEUED);
+                    if state.has(DETACHED) && !state.has(RUNNING) {
+                        // A detached work's life ends with the scheduler (a running one's
+                        // ends when its run completes, with its re-arm refused).
+                        new.set(ORPHANED);
+                    }
+                    Some(new)
+                })
+                .expect("the edit always applies");
             if old.has(DETACHED) && !old.has(RUNNING | ORPHANED) {
                 ended.push(entry.work_ref());
             }

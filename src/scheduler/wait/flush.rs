@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::scheduler::handle::Handle;
-use crate::scheduler::shared::{cas, load, update, Core, Shared};
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::run::{leave_forked_child, Executed, Taken};
 use crate::scheduler::work::state::{
@@ -26,7 +26,7 @@ impl Shared {
     ) -> MutexGuard<'a, Core> {
         let done_at = work.header().stats.runs() + 1;
         core.run_waiters += 1;
-        while load(work.header()).has(RUNNING) && work.header().stats.runs() < done_at {
+        while work.header().state.load().has(RUNNING) && work.header().stats.runs() < done_at {
             core = wait(&self.run_done, core);
         }
         core.run_waiters -= 1;
@@ -40,7 +40,7 @@ impl Shared {
         let Some(mut core) = self.lock_unless_forked() else {
             return false;
         };
-        let state = load(work.header());
+        let state = work.header().state.load();
         if !state.has(PENDING | RUNNING) {
             return false;
         }
@@ -54,9 +54,11 @@ impl Shared {
         // Found under the lock, logged once it is released: a subscriber is user code.
         let mut cycle = None;
         let mut lend_failure = None;
-        update(work.header(), |old| Some(old.with(FLUSH_TAKEOVER)));
+        work.header()
+            .state
+            .update(|old| Some(old.with(FLUSH_TAKEOVER)));
         let flushed = loop {
-            let state = load(work.header());
+            let state = work.header().state.load();
             // The run in progress when the flush started, and a `Yield` increment a worker
             // took before the takeover began, are waited for; a run that `Again`/`After`
             // armed once the flush had waited for or run its instance is not (a busy
@@ -94,7 +96,7 @@ impl Shared {
             }
             let mut running = state;
             running.start_run();
-            if !cas(work.header(), state, running) {
+            if !work.header().state.cas(state, running) {
                 continue;
             }
             if state.has(QUEUED) {

@@ -27,7 +27,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::{names, Ctx, Next, StatsCounters};
-use crate::scheduler::work::state::{State, CLOSURE_DROPPED, NAMED, TIMEOUT};
+use crate::scheduler::work::state::{StateCell, CLOSURE_DROPPED, NAMED, TIMEOUT};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.
@@ -35,7 +35,7 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 /// Tags: `A:` atomic, with its writers named.
 pub(crate) struct Header {
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
-    pub(crate) state: AtomicU64,
+    pub(crate) state: StateCell,
     /// A: for a timeout work, the time of its latest `touch()` (scheduler ns, raised with
     /// `fetch_max` by `touch`); for any other work, the period for `Again` and `touch`
     /// (written by `schedule`/`reschedule`).
@@ -47,14 +47,10 @@ pub(crate) struct Header {
 impl Header {
     pub(crate) fn new(state: u64, period_ns: u64) -> Self {
         Header {
-            state: AtomicU64::new(state),
+            state: StateCell::new(state),
             period_or_touch: AtomicU64::new(period_ns),
             stats: StatsCounters::new(),
         }
-    }
-
-    pub(crate) fn load(&self) -> State {
-        State(self.state.load(Ordering::Acquire))
     }
 }
 
@@ -111,7 +107,7 @@ impl WorkInner<dyn Callback> {
 
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
-        if self.header.load().has(NAMED) {
+        if self.header.state.load().has(NAMED) {
             if let Some(name) = names::get(self.address()) {
                 return name;
             }
@@ -122,7 +118,7 @@ impl WorkInner<dyn Callback> {
     /// Gives the work a custom name.
     pub(crate) fn set_name(&self, name: Box<str>) {
         names::push(self.address(), name);
-        self.header.state.fetch_or(NAMED, Ordering::AcqRel);
+        self.header.state.set_flag(NAMED);
     }
 
     /// The address that identifies the work (in the name table, the wait graph and the
@@ -133,7 +129,7 @@ impl WorkInner<dyn Callback> {
 
     /// The period: a timeout work's idle duration, else the period word.
     pub(crate) fn period_ns(&self) -> u64 {
-        if self.header.load().has(TIMEOUT) {
+        if self.header.state.load().has(TIMEOUT) {
             self.callback.idle_ns()
         } else {
             self.header.period_or_touch.load(Ordering::Relaxed)
@@ -158,9 +154,7 @@ impl WorkInner<dyn Callback> {
     pub(crate) unsafe fn drop_closure(&self) {
         // Marked first: if the destructor panics, the closure counts as dropped (its
         // remains are leaked, never dropped twice).
-        self.header
-            .state
-            .fetch_or(CLOSURE_DROPPED, Ordering::AcqRel);
+        self.header.state.set_flag(CLOSURE_DROPPED);
         // SAFETY: forwarded from the caller.
         unsafe { self.callback.drop_closure() }
     }
@@ -168,7 +162,7 @@ impl WorkInner<dyn Callback> {
 
 impl<C: ?Sized> Drop for WorkInner<C> {
     fn drop(&mut self) {
-        let state = self.header.load();
+        let state = self.header.state.load();
         if state.has(NAMED) {
             names::remove(self as *const Self as *const u8 as usize);
         }

@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use super::WorkRef;
 use crate::clock::nanos;
-use crate::scheduler::shared::{cas, load, update, Shared};
+use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::{
     State, DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, STOPPED, TIMEOUT,
     TOUCHED_IN_RUN,
 };
-use crate::sync::{load_ordered_after_seqcst_writes, Ordering};
+use crate::sync::Ordering;
 
 /// What a lock-free arming attempt did.
 enum Fast {
@@ -43,7 +43,7 @@ impl Shared {
             return Fast::Slow;
         }
         loop {
-            let old = load(work.header());
+            let old = work.header().state.load();
             if only_if_idle && old.has(PENDING) {
                 return Fast::AlreadyPending;
             }
@@ -62,14 +62,14 @@ impl Shared {
             }
             let mut new = old;
             new.arm(deadline);
-            if cas(work.header(), old, new) {
+            if work.header().state.cas(old, new) {
                 return Fast::Armed(old);
             }
         }
     }
 
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
-        if load(work.header()).has(PENDING) {
+        if work.header().state.load().has(PENDING) {
             return false;
         }
         self.arm(work, delay, true).is_some()
@@ -127,7 +127,9 @@ impl Shared {
         })?;
         if new.period_changing() {
             period_word.store(delay_ns, Ordering::Relaxed);
-            update(work.header(), |old| Some(old.without(PERIOD_CHANGING)));
+            work.header()
+                .state
+                .update(|old| Some(old.without(PERIOD_CHANGING)));
         }
         Some(old)
     }
@@ -142,7 +144,7 @@ impl Shared {
         // A time never later than the true one: a deadline at or before `earliest + delay`
         // is certainly sooner than `now + delay`.
         let earliest = self.now_lower_for_delay(delay_ns);
-        let state = load(work.header());
+        let state = work.header().state.load();
         if state.has(PENDING)
             && !state.has(TIMEOUT)
             && state.deadline() <= Shared::deadline_after(earliest, delay_ns)
@@ -174,7 +176,7 @@ impl Shared {
 
     /// The pending deadline (a timeout work's postponed one), if pending.
     pub(crate) fn deadline_ns(&self, work: &WorkRef) -> Option<u64> {
-        let state = load(work.header());
+        let state = work.header().state.load();
         if !state.has(PENDING) {
             return None;
         }
@@ -195,16 +197,19 @@ impl Shared {
         // later work may get the same address).
         core.disable_counts.remove(&frames::address(work));
         let shutdown = core.shutdown;
-        let (_, new) = update(work.header(), |old| {
-            let mut new = old.with(DETACHED);
-            if shutdown || !old.has(PENDING | RUNNING) || old.refuses_arm() {
-                // Nothing will run it again: its life ends here.
-                new.disarm();
-                new.set(ORPHANED);
-            }
-            Some(new)
-        })
-        .expect("the edit always applies");
+        let (_, new) = work
+            .header()
+            .state
+            .update(|old| {
+                let mut new = old.with(DETACHED);
+                if shutdown || !old.has(PENDING | RUNNING) || old.refuses_arm() {
+                    // Nothing will run it again: its life ends here.
+                    new.disarm();
+                    new.set(ORPHANED);
+                }
+                Some(new)
+            })
+            .expect("the edit always applies");
         drop(core);
         new.has(ORPHANED) && !new.has(RUNNING)
     }
@@ -212,7 +217,7 @@ impl Shared {
     #[inline]
     pub(crate) fn touch(&self, work: &WorkRef) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
-        let state = load_ordered_after_seqcst_writes(&work.header().state);
+        let state = work.header().state.load_after_seqcst_writes().0;
         if state & (PENDING | TIMEOUT) == PENDING {
             return;
         }

@@ -3,7 +3,7 @@
 //! would wait for ourselves), and `disable`/`enable`.
 
 use super::WorkRef;
-use crate::scheduler::shared::{load, update, Shared};
+use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::cycles::WaitCycle;
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::state::{
@@ -26,14 +26,16 @@ impl Shared {
         if self.is_forked_copy() {
             return false;
         }
-        update(work.header(), |old| {
-            old.has(PENDING).then(|| {
-                let mut new = old;
-                new.disarm();
-                new
+        work.header()
+            .state
+            .update(|old| {
+                old.has(PENDING).then(|| {
+                    let mut new = old;
+                    new.disarm();
+                    new
+                })
             })
-        })
-        .is_some()
+            .is_some()
     }
 
     pub(crate) fn cancel_sync(&self, work: &WorkRef) -> bool {
@@ -54,7 +56,7 @@ impl Shared {
             return (false, false);
         };
         let released = release != Release::Keep;
-        if released && load(work.header()).has(ORPHANED) {
+        if released && work.header().state.load().has(ORPHANED) {
             // Released before (`drop_waiting`, then the handle's own drop).
             return (false, false);
         }
@@ -66,7 +68,7 @@ impl Shared {
         // RUNNING only changes under the core lock (a take sets it, a completion clears
         // it), so what is decided here about the run in progress holds until the wait
         // below releases the lock.
-        let running = load(work.header()).has(RUNNING);
+        let running = work.header().state.load().has(RUNNING);
         let waiting = if !running {
             None
         } else if frames::is_running_here(work) {
@@ -80,32 +82,35 @@ impl Shared {
         // before it (and is disarmed here) or fails its CAS and finds the refusal. After a
         // `cancel_sync` only `schedule`/`reschedule` arm the work again: `touch` leaves it
         // stopped, as after `Next::Stop`.
-        let (old, _) = update(work.header(), |old| {
-            debug_assert_eq!(old.has(RUNNING), running, "RUNNING moved under the lock");
-            let mut new = old;
-            new.disarm();
-            new.set(STOPPED);
-            match &waiting {
-                // "disable, flush, enable", as the kernel's cancel_delayed_work_sync,
-                // with a refusal of its own that `enable()` cannot lift.
-                Some(Ok(_)) => new.set(CANCEL_WAITING),
-                // Waiting would wait for ourselves: the run's own re-arm is refused
-                // instead, and a dropped handle leaves the closure to the runner.
-                Some(Err(_)) => {
-                    new.set(REARM_REFUSED);
-                    if released {
-                        new.set(ORPHANED);
+        let (old, _) = work
+            .header()
+            .state
+            .update(|old| {
+                debug_assert_eq!(old.has(RUNNING), running, "RUNNING moved under the lock");
+                let mut new = old;
+                new.disarm();
+                new.set(STOPPED);
+                match &waiting {
+                    // "disable, flush, enable", as the kernel's cancel_delayed_work_sync,
+                    // with a refusal of its own that `enable()` cannot lift.
+                    Some(Ok(_)) => new.set(CANCEL_WAITING),
+                    // Waiting would wait for ourselves: the run's own re-arm is refused
+                    // instead, and a dropped handle leaves the closure to the runner.
+                    Some(Err(_)) => {
+                        new.set(REARM_REFUSED);
+                        if released {
+                            new.set(ORPHANED);
+                        }
+                    }
+                    None => {
+                        if released {
+                            new.set(ORPHANED);
+                        }
                     }
                 }
-                None => {
-                    if released {
-                        new.set(ORPHANED);
-                    }
-                }
-            }
-            Some(new)
-        })
-        .expect("the edit always applies");
+                Some(new)
+            })
+            .expect("the edit always applies");
         let was_pending = old.has(PENDING);
         if released && old.has(QUEUED) {
             // Nothing arms it again: its entry is garbage.
@@ -136,7 +141,7 @@ impl Shared {
         }
         // One CAS again: a dropped handle's work goes from "refused while waiting" to
         // "orphaned" with no word in between that accepts an arm.
-        update(work.header(), |old| {
+        work.header().state.update(|old| {
             let mut new = old;
             if last_waiter {
                 new.clear(CANCEL_WAITING);
@@ -163,12 +168,15 @@ impl Shared {
         if !saturated {
             *count += 1;
         }
-        let (old, _) = update(work.header(), |old| {
-            let mut new = old.with(DISABLED);
-            new.disarm();
-            Some(new)
-        })
-        .expect("the edit always applies");
+        let (old, _) = work
+            .header()
+            .state
+            .update(|old| {
+                let mut new = old.with(DISABLED);
+                new.disarm();
+                Some(new)
+            })
+            .expect("the edit always applies");
         drop(core);
         if saturated {
             // Outside the lock: a subscriber is user code and may call into the scheduler.
@@ -188,7 +196,9 @@ impl Shared {
         *count -= 1;
         if *count == 0 {
             core.disable_counts.remove(&address);
-            update(work.header(), |old| Some(old.without(DISABLED)));
+            work.header()
+                .state
+                .update(|old| Some(old.without(DISABLED)));
         }
     }
 

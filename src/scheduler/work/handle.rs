@@ -14,7 +14,6 @@ use crate::scheduler::work::state::{
     State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT,
 };
 use crate::scheduler::work::timeout::PRECISE_TOUCH;
-use crate::sync::Ordering;
 use crate::Scheduler;
 
 /// The owning handle of a delayed work (the kernel's `struct delayed_work`).
@@ -120,7 +119,7 @@ impl Work {
     }
 
     fn state(&self) -> State {
-        State(self.inner.header().state.load(Ordering::Acquire))
+        self.inner.header().state.load()
     }
 
     /// Arms the work for `now + delay` unless it is already pending (the kernel's

@@ -11,7 +11,7 @@ use super::WorkRef;
 use super::{Ctx, Next};
 use crate::clock::nanos;
 use crate::scheduler::backoff::Backoff;
-use crate::scheduler::shared::{cas, load, update, Core, Shared};
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
@@ -69,12 +69,12 @@ impl Shared {
         let work = entry.work();
         let header = work.header();
         loop {
-            let mut state = load(header);
+            let mut state = header.state.load();
             if !state.is_live_entry(entry.epoch()) {
                 return Class::Stale;
             }
             if !state.has(PENDING) {
-                if cas(header, state, state.without(QUEUED)) {
+                if header.state.cas(state, state.without(QUEUED)) {
                     return Class::Stale;
                 }
                 continue;
@@ -83,7 +83,7 @@ impl Shared {
             let mut stamp = 0;
             if state.has(TIMEOUT) {
                 if !state.has(FIRING) {
-                    if !cas(header, state, state.with(FIRING)) {
+                    if !header.state.cas(state, state.with(FIRING)) {
                         continue;
                     }
                     state.set(FIRING);
@@ -95,7 +95,7 @@ impl Shared {
                 return Class::Wait(due);
             }
             if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
-                if cas(header, state, state.without(QUEUED)) {
+                if header.state.cas(state, state.without(QUEUED)) {
                     return Class::Stale;
                 }
                 continue;
@@ -136,7 +136,7 @@ impl Shared {
                     Class::Due(state, due, touch_stamp) => {
                         let mut running = state;
                         running.start_run();
-                        if !cas(entry.work().header(), state, running) {
+                        if !entry.work().header().state.cas(state, running) {
                             continue;
                         }
                         return Some(Taken {
@@ -294,7 +294,9 @@ impl Shared {
         let state = if state.has(DETACHED) && !state.has(PENDING | ORPHANED) {
             // A detached work that parked, stopped, panicked or was refused a re-arm:
             // nothing can arm it again, so its life ends with this run.
-            update(header, |old| Some(old.with(ORPHANED)))
+            header
+                .state
+                .update(|old| Some(old.with(ORPHANED)))
                 .expect("the edit always applies")
                 .1
         } else {

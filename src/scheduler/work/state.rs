@@ -72,6 +72,8 @@
 //! The deadline counts 100 µs units from the scheduler's start, rounded up (never
 //! early), and saturates at [`DEADLINE_NEVER`] (about 27 years), which is never due.
 
+use crate::sync::{load_ordered_after_seqcst_writes, AtomicU64, Ordering};
+
 /// Logically armed: the deadline field is when it is due.
 pub(crate) const PENDING: u64 = 1 << 0;
 /// Its callback is executing on some thread.
@@ -153,6 +155,68 @@ pub(crate) fn units_to_ns(units: u64) -> u64 {
         u64::MAX
     } else {
         units * DEADLINE_UNIT_NS
+    }
+}
+
+/// The state word itself. Every transition goes through its methods: a plain load, a
+/// CAS of the whole word, a CAS loop ([`update`](Self::update)), and the two flag edits
+/// that no other writer decides on (`NAMED`, `CLOSURE_DROPPED`, a touch clearing
+/// `FIRING`). Arms under the core lock go through `Shared::commit`, which is an
+/// `update` that also links a timer entry.
+#[derive(Debug)]
+pub(crate) struct StateCell(AtomicU64);
+
+impl StateCell {
+    pub(crate) fn new(state: u64) -> StateCell {
+        StateCell(AtomicU64::new(state))
+    }
+
+    /// The word (acquire).
+    #[inline]
+    pub(crate) fn load(&self) -> State {
+        State(self.0.load(Ordering::Acquire))
+    }
+
+    /// The word, ordered after the caller's earlier `SeqCst` writes (see
+    /// [`load_ordered_after_seqcst_writes`]): the touch paths.
+    #[inline]
+    pub(crate) fn load_after_seqcst_writes(&self) -> State {
+        State(load_ordered_after_seqcst_writes(&self.0))
+    }
+
+    /// Publishes `new` if the word still is `old`.
+    #[inline]
+    pub(crate) fn cas(&self, old: State, new: State) -> bool {
+        self.0
+            .compare_exchange(old.0, new.0, Ordering::SeqCst, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Applies `edit` with a CAS loop and returns the old and new words; `None` from
+    /// `edit` leaves the word as it is. For edits that never arm (arming goes through
+    /// `Shared::commit`, which links an entry when one is needed).
+    pub(crate) fn update(
+        &self,
+        mut edit: impl FnMut(State) -> Option<State>,
+    ) -> Option<(State, State)> {
+        loop {
+            let old = self.load();
+            let new = edit(old)?;
+            if old == new || self.cas(old, new) {
+                return Some((old, new));
+            }
+        }
+    }
+
+    /// Sets `flag`, which no CAS writer decides on (`NAMED`, `CLOSURE_DROPPED`).
+    pub(crate) fn set_flag(&self, flag: u64) {
+        self.0.fetch_or(flag, Ordering::AcqRel);
+    }
+
+    /// Clears `FIRING`: a touch that recorded a newer stamp makes the worker's take fail
+    /// (see the ground rules).
+    pub(crate) fn clear_firing(&self) {
+        self.0.fetch_and(!FIRING, Ordering::SeqCst);
     }
 }
 

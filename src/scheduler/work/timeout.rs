@@ -46,8 +46,8 @@ use std::time::Duration;
 
 use super::WorkRef;
 use crate::clock::nanos;
-use crate::scheduler::shared::{load, Shared};
-use crate::scheduler::work::state::{units_ceil, State, FIRING, PENDING, RUNNING, TIMEOUT};
+use crate::scheduler::shared::Shared;
+use crate::scheduler::work::state::{units_ceil, FIRING, PENDING, RUNNING, TIMEOUT};
 use crate::scheduler::{Ctx, Next, Scheduler, Work};
 use crate::sync::{load_ordered_after_seqcst_writes, Ordering};
 
@@ -94,7 +94,7 @@ impl Shared {
     /// A timeout work's postponement: due no earlier than this (units) by its latest
     /// touch; 0 for other works.
     pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
-        if !load(work.header()).has(TIMEOUT) {
+        if !work.header().state.load().has(TIMEOUT) {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
@@ -126,9 +126,9 @@ impl Shared {
         // Read after the stamp, also when another touch recorded the same one: if the
         // worker set FIRING before this read, it may have read the stamp before that other
         // touch stored it, so this touch clears FIRING too, and the worker decides again.
-        let state = State(load_ordered_after_seqcst_writes(&work.header().state));
+        let state = work.header().state.load_after_seqcst_writes();
         if state.has(FIRING) {
-            work.header().state.fetch_and(!FIRING, Ordering::SeqCst);
+            work.header().state.clear_firing();
         }
         if state.has(PENDING | RUNNING) {
             return;
