@@ -342,6 +342,7 @@
 
 pub mod cid;
 mod clock;
+mod contain;
 mod error;
 mod fork;
 mod priority;

@@ -42,7 +42,7 @@ use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
 use super::thread;
 use super::IdSpace;
-use crate::scheduler::work::run::contain;
+use crate::contain::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;

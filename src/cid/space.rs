@@ -8,7 +8,7 @@ use super::barrier;
 use super::guard::Cid;
 use super::ids::IdSet;
 use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, PINS, PIN_ONE};
-use crate::scheduler::work::run::contain;
+use crate::contain::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
 

@@ -147,7 +147,7 @@ impl<E> Job<'_, E> {
                         // Only the first panic is resumed. Dropping a payload runs user
                         // code that may panic again: do it outside the lock, contained.
                         drop(first);
-                        crate::scheduler::work::run::drop_payload(payload);
+                        crate::contain::drop_payload(payload);
                     }
                 }
             }

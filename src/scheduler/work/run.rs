@@ -2,7 +2,6 @@
 //! and inside `catch_unwind`, completing it (applying its [`Next`]), and manual time's
 //! `advance`, which runs due works on the caller.
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::WorkRef;
 use super::{Ctx, Next};
 use crate::clock::nanos;
+use crate::contain::{contain, drop_payload, panic_message};
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
@@ -401,29 +401,6 @@ pub(crate) fn leave_forked_child<T>(value: T) -> T {
     }
 }
 
-/// Drops a caught panic's payload. Its destructor is user code and may panic in turn; that
-/// second payload is leaked, not dropped, so no panic ever escapes (a third level could
-/// otherwise recurse without end).
-pub(crate) fn drop_payload(payload: Box<dyn Any + Send>) {
-    if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        tracing::error!(
-            panic = panic_message(second.as_ref()),
-            "a panic payload panicked while being dropped; the second payload is leaked"
-        );
-        std::mem::forget(second);
-    }
-}
-
-/// Runs user code (a destructor, a callback) so that a panic in it is reported as `what`
-/// and contained, never propagated into nicework or the caller; its payload is dropped
-/// contained too.
-pub(crate) fn contain(what: &str, f: impl FnOnce()) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-        tracing::error!(panic = panic_message(payload.as_ref()), "{what}");
-        drop_payload(payload);
-    }
-}
-
 /// Drops a work's closure at the end of its life; its destructor is user code.
 pub(crate) fn drop_contained(work: &WorkRef) {
     contain("a work's closure panicked while being dropped", || {
@@ -431,12 +408,4 @@ pub(crate) fn drop_contained(work: &WorkRef) {
         // in progress and none can start (`ORPHANED` refuses every arm).
         unsafe { work.drop_closure() }
     });
-}
-
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(non-string panic payload)")
 }
