@@ -107,7 +107,7 @@ fn enter_held() {
     };
     println!(
         "enter()+drop on a held id   {enter:5.2} ns   thread_local get {thread_local:5.2} ns ({ratio:.2}x, median of {passes} passes)   {rseq_text}   (target <= 3 ns; fence-free fast path: {})",
-        IdSpace::uses_membarrier(),
+        nicework::hooks::uses_membarrier(),
     );
 }
 

@@ -120,7 +120,7 @@ fn nicework(periods: usize) -> Figures {
             work
         })
         .collect();
-    let tid = sched.metrics().worker_tids[0];
+    let tid = nicework::hooks::worker_tids(&sched)[0];
     // One warm-up period, then the measured ones.
     drive(tid, &runs, 1, |i| works[i].touch());
     drive(tid, &runs, periods, |i| works[i].touch())

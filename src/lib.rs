@@ -340,11 +340,13 @@
 // In loom builds only manual schedulers exist, so the thread and timerfd code is unused.
 #![cfg_attr(all(loom, feature = "loom"), allow(dead_code))]
 
-pub mod cid;
+mod cid;
 mod clock;
 mod contain;
 mod error;
 mod fork;
+#[doc(hidden)]
+pub mod hooks;
 mod priority;
 mod scheduler;
 mod sync;

@@ -149,7 +149,7 @@ fn an_empty_range_returns_at_once_without_calling_f() {
 #[test]
 fn one_worker_and_the_caller_share_the_job() {
     let sched = Scheduler::builder().workers(1).build().unwrap();
-    let worker = sched.metrics().worker_tids[0];
+    let worker = nicework::hooks::worker_tids(&sched)[0];
     let helper_started = std::sync::atomic::AtomicBool::new(false);
     let threads = Mutex::new(HashSet::new());
     // The caller's chunks wait until the helper has one, so both surely take part
@@ -173,7 +173,7 @@ fn one_worker_and_the_caller_share_the_job() {
 fn from_inside_a_work_on_a_single_worker_the_caller_runs_every_chunk() {
     for workers in [1, 2] {
         let sched = Scheduler::builder().workers(workers).build().unwrap();
-        let worker_tids: HashSet<i32> = sched.metrics().worker_tids.into_iter().collect();
+        let worker_tids: HashSet<i32> = nicework::hooks::worker_tids(&sched).into_iter().collect();
         let (tx, rx) = mpsc::channel();
         let work = sched.work(move |cx| {
             let caller = gettid();
@@ -277,7 +277,7 @@ fn after_the_scheduler_shut_down_a_job_from_its_callback_runs_inline() {
 #[test]
 fn the_caller_lends_its_priority_to_a_helper_still_running() {
     let sched = Scheduler::builder().workers(1).build().unwrap();
-    let worker = sched.metrics().worker_tids[0];
+    let worker = nicework::hooks::worker_tids(&sched)[0];
     let helper_started = std::sync::atomic::AtomicBool::new(false);
     let helper_nice = Mutex::new(None);
     let caller_nice = common::current_nice();

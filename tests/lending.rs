@@ -74,7 +74,7 @@ fn running_work(priority: Priority) -> RunningRun {
 /// the scheduler's `raise_limit()`.
 fn check_flush_of_a_running_work(priority: Priority) {
     let run = running_work(priority);
-    let worker = run.sched.metrics().worker_tids[0];
+    let worker = nicework::hooks::worker_tids(&run.sched)[0];
     let before = (nice_of(worker), policy_of(worker));
     let flusher_nice = current_nice();
     assert!(run.work.flush());
@@ -188,7 +188,7 @@ fn flush_takes_over_the_yield_increments_on_a_worker() {
     // the machine's load (on an idle machine the worker would otherwise race the flusher
     // for every increment: see `flush_during_a_running_increment_takes_over_the_rest`).
     let sched = Scheduler::new().unwrap();
-    let worker = sched.metrics().worker_tids[0];
+    let worker = nicework::hooks::worker_tids(&sched)[0];
     let (first_tx, first_rx) = mpsc::channel();
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let inc = incremental(&sched, move || {

@@ -196,7 +196,7 @@ fn a_mark_to_move_down_races_with_enter_and_the_scan() {
                 assert_eq!(ids.enter().get(), 0);
                 l_took.store(1, Ordering::SeqCst);
                 // L exits: its id is released at once, racing with H and the scans.
-                nicework::cid::run_thread_exit_hook_for_loom();
+                nicework::hooks::run_thread_exit_hook_for_loom();
             })
         };
         while l_took.load(Ordering::SeqCst) == 0 {

@@ -3,7 +3,7 @@
 //! thread-local destroyed after nicework's own. Loom cannot order thread-local destructors
 //! (it takes all of a finishing thread's locals away first, then runs them in an order
 //! that varies), so the thread runs the hook itself through
-//! `nicework::cid::run_thread_exit_hook_for_loom` while its guard lives, as std does when
+//! `nicework::hooks::run_thread_exit_hook_for_loom` while its guard lives, as std does when
 //! the guard's thread-local was registered before nicework's.
 //!
 //! In every interleaving with another thread entering and the scan running: the exiting
@@ -50,7 +50,7 @@ fn a_guard_that_outlives_the_exit_hook_keeps_its_id() {
                 let mine = guard.get();
                 claims.claim(mine, 1);
                 // The thread "exits" with `guard` still alive in a later thread-local.
-                nicework::cid::run_thread_exit_hook_for_loom();
+                nicework::hooks::run_thread_exit_hook_for_loom();
                 assert_eq!(ids.enter().get(), mine, "nested enter after the exit hook");
                 assert_eq!(guard.get(), mine);
                 claims.unclaim(mine);

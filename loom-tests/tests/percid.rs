@@ -175,7 +175,7 @@ fn a_trim_at_exit_whose_callback_enters_the_space() {
             let counters = counters.clone();
             thread::spawn(move || {
                 counters.with(Count::add);
-                nicework::cid::run_thread_exit_hook_for_loom();
+                nicework::hooks::run_thread_exit_hook_for_loom();
             })
         };
         let reader = {

@@ -169,13 +169,15 @@ mod thread;
 
 pub use percid::PerCid;
 
-/// Loom models only (`--cfg loom` with the `loom` feature): runs the calling thread's
-/// nicework thread-exit hook now, as if the thread were exiting while the guards it holds
-/// live in thread-locals destroyed after the hook. Loom cannot order thread-local
-/// destructors, so `loom-tests/tests/cid_exit_hook.rs` uses this to model that case.
+/// Whether the `enter()` fast path is fence-free (see [`crate::hooks::uses_membarrier`]).
+pub(crate) fn uses_membarrier() -> bool {
+    barrier::is_asymmetric()
+}
+
+/// Runs the calling thread's thread-exit hook now (see
+/// [`crate::hooks::run_thread_exit_hook_for_loom`]).
 #[cfg(all(loom, feature = "loom"))]
-#[doc(hidden)]
-pub fn run_thread_exit_hook_for_loom() {
+pub(crate) fn run_thread_exit_hook_now() {
     thread::run_exit_hook_now();
 }
 pub use guard::Cid;

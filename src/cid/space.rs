@@ -431,7 +431,8 @@ fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
 
 /// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
 ///
-/// See the [module documentation](crate::cid) for the protocol and its guarantees.
+/// What a space promises is listed in the [crate documentation](crate#guarantees); the
+/// protocol behind it is written down in the source, at the top of `src/cid/mod.rs`.
 ///
 /// # The scheduler it runs on
 ///
@@ -614,13 +615,6 @@ impl IdSpace {
     /// patch's `task_mm_cid_work` table.
     pub fn compaction_stats(&self) -> crate::WorkStats {
         self.inner.work.stats()
-    }
-
-    /// Whether the `enter()` fast path is fence-free: `membarrier` is registered and the
-    /// compaction scan pays for the ordering. `false` means each first-level `enter()`
-    /// executes a `SeqCst` fence instead (old kernels, seccomp filters, loom builds).
-    pub fn uses_membarrier() -> bool {
-        barrier::is_asymmetric()
     }
 
     pub(crate) fn inner(&self) -> &Arc<SpaceInner> {

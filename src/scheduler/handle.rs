@@ -306,7 +306,7 @@ impl Scheduler {
     }
 
     /// A snapshot of the scheduler's diagnostics: armed works, worker wakeups, deferred
-    /// `Yield` increments, priority lending, and the workers' thread ids.
+    /// `Yield` increments and priority lending.
     ///
     /// # Examples
     ///

@@ -33,9 +33,6 @@ pub struct Metrics {
     /// How flushes lent their priority: runs they executed themselves, runs in progress
     /// they raised, runs they only waited for.
     pub lending: LendingStats,
-    /// The kernel thread ids of the worker threads (empty for a manual scheduler), for
-    /// reading their `/proc/self/task/TID/` files.
-    pub worker_tids: Vec<i32>,
 }
 
 impl Metrics {
@@ -51,12 +48,9 @@ impl Metrics {
             worker_wakeups: 0,
             deferred_yields: core.deferred_yields,
             lending: core.lending.stats,
-            worker_tids: Vec::new(),
         };
         drop(core);
-        metrics.worker_tids = lock_std(&shared.worker_tids).clone();
-        metrics.worker_wakeups = metrics
-            .worker_tids
+        metrics.worker_wakeups = lock_std(&shared.worker_tids)
             .iter()
             .map(|&tid| voluntary_switches(tid))
             .sum();

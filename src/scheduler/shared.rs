@@ -97,7 +97,7 @@ pub(crate) struct Shared {
     /// T: the worker threads to join at shutdown; filled by `build()`.
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// T: the workers' kernel thread ids; filled by `build()`.
-    pub(super) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+    pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
     /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
