@@ -1,7 +1,10 @@
 //! The crate's one error type.
 //!
 //! Every public call that can be given bad input returns [`Error`] (or a documented
-//! result such as `false`); none of them panics. `Display` is lower-case and names the
+//! result such as `false`). The few calls that panic are programming errors, each
+//! documented under `# Panics`: `Scheduler::advance` on a scheduler with worker
+//! threads, re-entrant misuse of one `PerCid` on one thread, and `global()` when no
+//! scheduler can be started at all. `Display` is lower-case and names the
 //! offending value, as in crossbeam's `err.rs`.
 
 use std::fmt;

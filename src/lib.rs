@@ -237,7 +237,7 @@
 //! Built with `RUSTFLAGS="--cfg loom"` and nicework's `loom` feature, nicework's locks
 //! and atomics are loom's, so a loom model of your type explores nicework's interleavings
 //! too (only `Scheduler::manual()` exists there, since loom's condition variables ignore
-//! timeouts). `loom-tests/tests/user_type.rs` models a user's cache this way. One caveat:
+//! timeouts). The repository's `loom-tests/tests/user_type.rs` models a user's cache this way. One caveat:
 //! loom models a `SeqCst` store as a release store only, so data a callback reads to
 //! decide to park should be written with a read-modify-write (`swap`, `fetch_or`) before
 //! [`Work::touch`], or loom reports an interleaving real hardware cannot produce.

@@ -7,7 +7,7 @@
 //! set, so a downstream crate that sets `--cfg loom` for its own models does not get a loom
 //! build of nicework by accident (the sharded-slab rule).
 //!
-//! `Arc` is always `std`'s: works are stored as `Arc<dyn RunCell>`, and loom's `Arc` cannot
+//! `Arc` is always `std`'s: works are stored as `Arc<WorkInner<dyn Callback>>`, and loom's `Arc` cannot
 //! be coerced to a trait object on stable Rust. The shared state inside is loom-tracked.
 
 #[cfg(all(loom, feature = "loom"))]

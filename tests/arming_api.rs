@@ -1,6 +1,6 @@
 //! The arming API a connection pool needs: `Work::detach`, `Next::At`,
 //! `Work::schedule_within`, `Work::deadline`, and touches that respect the callback's
-//! decision (semantic 8 as amended). Manual-clock tests pin exact times; real-scheduler
+//! decision (a touch during a run never overrides what the callback decided). Manual-clock tests pin exact times; real-scheduler
 //! tests wait for states only.
 
 mod common;
@@ -304,7 +304,7 @@ fn deadline_is_exact_and_none_when_not_pending() {
     );
 }
 
-// === semantic 8: a touch during a run respects the callback ===
+// === a touch during a run respects the callback ===
 
 /// A work whose callback touches itself (through a Weak) and returns `next`.
 fn touching_itself(sched: &Scheduler, next: Next) -> (Arc<Work>, Arc<Mutex<Vec<Duration>>>) {

@@ -1,4 +1,5 @@
-//! `schedule_within`, `deadline`, `Next::At` and the amended semantic 8 under random and racing use.
+//! `schedule_within`, `deadline`, `Next::At` and touches during runs (which never override
+//! the callback's decision) under random and racing use.
 
 mod common;
 
@@ -508,7 +509,7 @@ fn at_combined_with_touch_schedule_within_and_reschedule_during_the_run() {
     }
 }
 
-// === semantic 8 on real threads: a touch never brings a run forward ===
+// === on real threads: a touch never brings a run forward ===
 
 fn touches_never_bring_a_run_forward(next_for: fn(u64, Instant) -> (Next, Instant)) {
     let sched = Scheduler::builder().workers(2).build().unwrap();

@@ -44,7 +44,7 @@ fn a_sub_slack_deadline_runs_at_the_end_of_its_tick_and_never_before_it() {
     }
 }
 
-/// Semantic 3: delay zero runs at the next opportunity, not at the next tick. After a
+/// Delay zero runs at the next opportunity, not at the next tick. After a
 /// cancel, the cancelled instance's timer entry is reused by the zero-delay arm (the
 /// lock-free path), and the work then waits for that entry's tick.
 #[test]

@@ -1,6 +1,6 @@
 //! Attacks on `PerCid::for_each`, `with_reclaim`, trims that free slot arrays, the
 //! reader/trim gate, trims at thread exit once the scheduler is gone, `MIN_SCAN_PERIOD`
-//! and the faster `IdSpace::enter()` (DESIGN concurrency ids 1-10).
+//! and `IdSpace::enter()`'s fast path, against every id guarantee.
 //!
 //! No test asserts a timing: deadlocks are detected by a liveness bound
 //! (`common::EVENTUALLY`, far above any expected latency), every other wait is for a state.

@@ -1,4 +1,4 @@
-//! Memory attacks on `PerCid` (DESIGN concurrency ids 10): shapes other than
+//! `PerCid`'s memory follows the live concurrency in shapes other than
 //! `tests/percid_memory.rs`'s. Bytes are counted by a counting allocator; one test in this
 //! binary, so nothing else allocates while it counts.
 

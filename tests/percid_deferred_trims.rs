@@ -3,8 +3,8 @@
 //! A trim that finds a reader holding the gate is left to it: the reader detaches the
 //! values into the reclaim queue (still visited by readers) and the compaction work passes
 //! them to `on_reclaim`, never the reader's stack, which may be inside the `with` the
-//! callback needs. Found by an attack round: running the callbacks on the reader's stack
-//! lost folds, and a trim inside its own thread's callbacks looped for ever.
+//! callback needs. Running the callbacks on the reader's stack would lose folds, and a
+//! trim inside its own thread's callbacks would loop for ever.
 
 mod common;
 

@@ -1,5 +1,4 @@
-//! `PerCid`'s memory follows the live concurrency, slot arrays included (DESIGN
-//! concurrency ids 10): after 64 threads shrink to 4, the heap of the `IdSpace` plus a
+//! `PerCid`'s memory follows the live concurrency, slot arrays included: after 64 threads shrink to 4, the heap of the `IdSpace` plus a
 //! `PerCid<[u64; 4]>` is within 1.2x of a fresh pair used by 4 threads, one scan after the
 //! survivors moved down. Bytes are counted by a counting allocator; no timing is involved.
 //! (One test in this binary: nothing else may allocate while it counts.)

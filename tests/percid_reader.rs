@@ -1,4 +1,4 @@
-//! `PerCid::for_each` beside owners and trims (DESIGN concurrency ids 9): it never sees a
+//! `PerCid::for_each` beside owners and trims: it never sees a
 //! slot while its owner holds the `&mut T`, a trimmed slot goes to `on_reclaim` exactly
 //! once and is never visited after, and live plus folded is every increment while threads
 //! come and go. Misuse on one thread panics with a message instead of deadlocking.

@@ -1,7 +1,8 @@
 //! Manual scheduler against a reference model: random schedule/reschedule/cancel/
 //! cancel_sync/touch/advance on a few works (plain, `every`, timeouts), whole-millisecond
 //! delays, callbacks returning Again/After/Park/Stop by a fixed rule. Every run must happen
-//! at exactly the virtual time the DESIGN rules give, and every return value must match.
+//! at exactly the virtual time the crate's documented rules give, and every return value
+//! must match.
 //!
 //! Timeouts are created after the clock passed their idle (this once worked around a
 //! phantom touch at the scheduler's start, pinned now by `timeout_edges`).

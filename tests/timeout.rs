@@ -1,5 +1,5 @@
 //! Idle timeouts (`Scheduler::timeout`, `timeout_for`) on the manual clock: every rule of
-//! DESIGN.md's "Timeout works", and the bad inputs. The real-thread rules are in
+//! the timeout docs (`src/scheduler/work/timeout.rs`), and the bad inputs. The real-thread rules are in
 //! `timeout_threaded.rs`.
 
 mod common;

@@ -1,6 +1,6 @@
 #![cfg(loom)]
 //! Loom models of the arming API a pool needs: `detach` against shutdown, and a touch
-//! against a run that returns `After` (semantic 8 as amended). Run with
+//! against a run that returns `After` (the touch never overrides the callback's decision). Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release`.
 
 use std::sync::Arc;

@@ -133,7 +133,7 @@ fn guard_held_across_reclaim_and_exit() {
 /// see it unpinned and revoke its id (`cid := NONE`), run the heavy barrier, and give the
 /// id back because the thread pinned meanwhile, or free it. The thread enters again while
 /// three scans run, and nests twice: directly, and through `PerCid::with` (an id out of
-/// range panics there, as the audit saw). Every nested id must be the outer guard's.
+/// range would panic there). Every nested id must be the outer guard's.
 /// About 56,000 executions at `LOOM_MAX_PREEMPTIONS=3`. (A second thread racing with the
 /// scans makes the model explode past the CI budget; the third scan and the `PerCid`
 /// nesting are the affordable growth.)

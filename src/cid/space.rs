@@ -1,4 +1,4 @@
-//! [`IdSpace`] and its [`Cid`] guard.
+//! [`IdSpace`]: the space of ids, its builder, entering it, and its compaction scan.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};

@@ -256,7 +256,7 @@ impl Shared {
                 return None;
             }
             if old.has(RUNNING) {
-                // Semantic 8: a touch during a run only turns the callback's `Park` into
+                // A touch during a run only turns the callback's `Park` into
                 // "armed"; whatever else it decides stands (see `complete`).
                 return Some(old.with(TOUCHED_IN_RUN));
             }

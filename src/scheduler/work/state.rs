@@ -116,7 +116,7 @@ pub(crate) const NAMED: u64 = 1 << 15;
 /// that); the allocation may live on while timer entries still point at it.
 pub(crate) const CLOSURE_DROPPED: u64 = 1 << 16;
 /// A periodic work was touched while it ran: if the callback returns `Park`, it ends
-/// armed for its period (semantic 8); any other decision stands.
+/// armed for its period; any other decision stands.
 pub(crate) const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// Its handle was given up with `Work::detach`: it lives on until its callback returns
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
