@@ -4,12 +4,12 @@
 //! exit. In every interleaving no two live guards share an id.
 //!
 //! Loom does not run a thread's thread-local destructors before `join` returns, so the
-//! "released at exit" guarantee is tested with real threads in `tests/cid.rs`; here an
+//! "released at exit" guarantee is tested with real threads in `tests/cid/guarantees.rs`; here an
 //! exited thread simply keeps its id, which the uniqueness checks must tolerate.
 //!
 //! A guard that outlives nicework's exit hook is modelled in `cid_exit_hook.rs` (the
 //! thread runs the hook itself: loom cannot order thread-local destructors) and tested
-//! with real threads and AddressSanitizer in `tests/cid_adversarial.rs`.
+//! with real threads and AddressSanitizer in `tests/cid/late_guards_and_nesting.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,20 @@
 //! A 4 KiB value that counts how many exist and were ever made (per test binary), for
 //! tests of the reclaim queue's memory; and a busy wait that stands for a slow callback.
+//!
+//! The counts are process-wide, so the tests that read them run one at a time: each
+//! holds [`exclusive`] for its whole body.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// Serialises the tests that read [`ALIVE`] and [`CREATED`] (a poisoned lock, from a
+/// failed test, still serialises).
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// Values alive now.
 pub static ALIVE: AtomicUsize = AtomicUsize::new(0);

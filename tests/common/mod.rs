@@ -217,3 +217,12 @@ pub fn quiet_panics_starting_with(prefix: &'static str) {
         }));
     });
 }
+
+/// The name libtest knows a test by, for `--exact` in a child process: `module_path!()`
+/// of the test's module without the binary's own name, then the test's name.
+pub fn exact_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}

@@ -1,0 +1,362 @@
+//! Lending priority: `flush()` runs a pending work on the
+//! caller, raises a running worker only where the process may, and takes over `Yield`
+//! increments. The privileged paths run as root; the same checks re-run as user 65534
+//! (no right: the flusher only waits), and, in an ignored test that needs
+//! `CAP_SYS_RESOURCE`, as user 65534 with `RLIMIT_NICE` 15 (the worker is raised only as
+//! far as nice 5).
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use common::{
+    current_nice, current_policy, eventually, gettid, nice_of, policy_of, AsNobody, EVENTUALLY,
+};
+use nicework::{Next, Priority, Scheduler};
+
+#[test]
+fn flush_of_a_pending_work_runs_on_the_caller_at_its_priority() {
+    let sched = Scheduler::new().unwrap();
+    let ran_on = Arc::new(Mutex::new(None));
+    let seen = ran_on.clone();
+    let work = sched.work(move |_| {
+        *seen.lock().unwrap() = Some((gettid(), current_nice()));
+        Next::Park
+    });
+    work.schedule(Duration::from_secs(3600));
+    assert!(work.flush());
+    assert_eq!(*ran_on.lock().unwrap(), Some((gettid(), current_nice())));
+    let stats = sched.metrics().lending;
+    assert_eq!((stats.helped, stats.raised, stats.waited), (1, 0, 0));
+    assert!(!work.is_pending());
+}
+
+/// What the run in progress saw of its own thread while a flusher waited for it.
+struct RunningRun {
+    sched: Scheduler,
+    work: nicework::Work,
+    started: mpsc::Receiver<()>,
+    observed: Arc<Mutex<Option<(i32, i32)>>>,
+}
+
+/// A work that, once running on the worker, waits until it was raised above `base` (or
+/// until a flusher gave up raising it), then records its nice and policy.
+fn running_work(priority: Priority) -> RunningRun {
+    let sched = Scheduler::builder().priority(priority).build().unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let observed = Arc::new(Mutex::new(None));
+    let record = observed.clone();
+    let work = sched.work(move |cx| {
+        let (base_nice, base_policy) = (current_nice(), current_policy());
+        started_tx.send(()).unwrap();
+        let lent_or_refused = eventually(|| {
+            let stats = cx.scheduler().metrics().lending;
+            let moved = current_nice() != base_nice || current_policy() != base_policy;
+            moved || stats.waited > 0
+        });
+        assert!(lent_or_refused, "no flusher came");
+        *record.lock().unwrap() = Some((current_nice(), current_policy()));
+        Next::Park
+    });
+    work.schedule(Duration::ZERO);
+    started.recv_timeout(EVENTUALLY).unwrap();
+    RunningRun {
+        sched,
+        work,
+        started,
+        observed,
+    }
+}
+
+/// Flushes a work running on the worker and checks the raise and the restore against
+/// the scheduler's `raise_limit()`.
+fn check_flush_of_a_running_work(priority: Priority) {
+    let run = running_work(priority);
+    let worker = nicework::hooks::worker_tids(&run.sched)[0];
+    let before = (nice_of(worker), policy_of(worker));
+    let flusher_nice = current_nice();
+    assert!(run.work.flush());
+    let (seen_nice, seen_policy) = run.observed.lock().unwrap().expect("the run recorded");
+    let stats = run.sched.metrics().lending;
+    match run.sched.raise_limit() {
+        Some(limit) => {
+            let expected = flusher_nice.max(limit);
+            assert_eq!(
+                seen_nice, expected,
+                "raised to the flusher's nice, within the limit"
+            );
+            assert_eq!(
+                seen_policy,
+                libc::SCHED_OTHER,
+                "raised out of SCHED_IDLE too"
+            );
+            assert_eq!((stats.raised, stats.waited), (1, 0));
+        }
+        None => {
+            assert_eq!(
+                (seen_nice, seen_policy),
+                before,
+                "without the right nothing moves"
+            );
+            assert_eq!((stats.raised, stats.waited), (0, 1));
+        }
+    }
+    assert_eq!(
+        (nice_of(worker), policy_of(worker)),
+        before,
+        "the worker is back at its own priority when flush returns"
+    );
+    assert_eq!(
+        current_nice(),
+        flusher_nice,
+        "the flusher's own nice is untouched"
+    );
+    assert!(run.started.try_recv().is_err(), "the work ran once");
+}
+
+#[test]
+fn flush_raises_a_running_nice_19_worker_where_allowed_and_puts_it_back() {
+    if common::is_root() {
+        assert_eq!(Scheduler::new().unwrap().raise_limit(), Some(-20));
+    }
+    check_flush_of_a_running_work(Priority::Nice(19));
+}
+
+#[test]
+fn flush_raises_a_running_sched_idle_worker_where_allowed_and_puts_it_back() {
+    check_flush_of_a_running_work(Priority::Idle);
+}
+
+#[test]
+fn a_flusher_at_a_lower_priority_than_the_worker_lends_nothing() {
+    let run = running_work(Priority::Normal);
+    let flusher = std::thread::spawn(move || {
+        // SAFETY: plain system call; raising one's own nice is always allowed.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, gettid() as libc::id_t, 19) };
+        assert!(run.work.flush());
+        let stats = run.sched.metrics().lending;
+        assert_eq!((stats.raised, stats.waited), (0, 1));
+        *run.observed.lock().unwrap()
+    });
+    let (seen_nice, _) = flusher.join().unwrap().unwrap();
+    assert_eq!(
+        seen_nice,
+        current_nice(),
+        "the worker kept its inherited nice"
+    );
+}
+
+/// A work of `INCREMENTS` `Yield` increments that records the thread and nice of each.
+struct Incremental {
+    work: nicework::Work,
+    /// (thread, nice) of each increment, in order.
+    ran: Arc<Mutex<Vec<(i32, i32)>>>,
+}
+
+const INCREMENTS: usize = 200;
+
+/// `first` runs inside the first increment, on the worker, before it returns `Yield`.
+fn incremental(sched: &Scheduler, first: impl FnOnce() + Send + 'static) -> Incremental {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let record = ran.clone();
+    let mut first = Some(first);
+    let work = sched.work(move |_| {
+        std::hint::black_box((0..20_000u64).sum::<u64>());
+        let n = {
+            let mut ran = record.lock().unwrap();
+            ran.push((gettid(), current_nice()));
+            ran.len()
+        };
+        if let Some(first) = first.take() {
+            first();
+        }
+        if n < INCREMENTS {
+            Next::Yield
+        } else {
+            Next::Park
+        }
+    });
+    Incremental { work, ran }
+}
+
+#[test]
+fn flush_takes_over_the_yield_increments_on_a_worker() {
+    // One worker. The first increment runs on it; a second work then holds the worker,
+    // so the next increment is pending, not running, when `flush` is called, whatever
+    // the machine's load (on an idle machine the worker would otherwise race the flusher
+    // for every increment: see `flush_during_a_running_increment_takes_over_the_rest`).
+    let sched = Scheduler::new().unwrap();
+    let worker = nicework::hooks::worker_tids(&sched)[0];
+    let (first_tx, first_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let inc = incremental(&sched, move || {
+        first_tx.send(()).unwrap();
+        release_rx.recv_timeout(EVENTUALLY).unwrap();
+    });
+    let flushed = Arc::new(AtomicBool::new(false));
+    let (blocking_tx, blocking_rx) = mpsc::channel();
+    let until_flushed = flushed.clone();
+    let blocker = sched.work(move |_| {
+        blocking_tx.send(()).unwrap();
+        assert!(eventually(|| until_flushed.load(Ordering::SeqCst)));
+        Next::Park
+    });
+    inc.work.schedule(Duration::ZERO);
+    first_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the first increment ran");
+    // Due before the increment's `Yield` re-arm, so it runs next ("`Yield` runs again
+    // after the other due works").
+    assert!(blocker.schedule(Duration::ZERO));
+    release_tx.send(()).unwrap();
+    blocking_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the blocker ran");
+    assert!(inc.work.is_pending() && !inc.work.is_running());
+
+    assert!(inc.work.flush());
+    flushed.store(true, Ordering::SeqCst);
+    let ran = inc.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), INCREMENTS, "flush returned at the end");
+    assert!(!inc.work.is_pending() && !inc.work.is_running());
+    assert_eq!(ran[0].0, worker, "the first increment ran on the worker");
+    let flusher = gettid();
+    assert!(
+        ran[1..].iter().all(|&(tid, _)| tid == flusher),
+        "the flusher ran the remaining increments"
+    );
+    let stats = sched.metrics().lending;
+    assert_eq!(
+        (stats.helped, stats.raised, stats.waited),
+        (INCREMENTS as u64 - 1, 0, 0)
+    );
+    // Released by `flushed`; it may or may not have returned yet. Dropping the handle
+    // waits for a run in progress.
+    drop(blocker);
+}
+
+#[test]
+fn flush_during_a_running_increment_takes_over_the_rest() {
+    // `back_off(false)`: every `Yield` re-arms due at once, whatever the machine's load,
+    // as it does with back-off on an idle machine (`cargo test --test lending` alone).
+    let sched = Scheduler::builder().back_off(false).build().unwrap();
+    let waiting = sched.clone();
+    // The first increment returns only once the flusher waits for it.
+    let inc = incremental(&sched, move || {
+        assert!(eventually(|| {
+            let stats = waiting.metrics().lending;
+            stats.raised + stats.waited > 0
+        }));
+    });
+    inc.work.schedule(Duration::ZERO);
+    assert!(eventually(|| inc.work.is_running()));
+    let flusher = gettid();
+    assert!(inc.work.flush());
+    let ran = inc.ran.lock().unwrap().clone();
+    assert_eq!(ran.len(), INCREMENTS, "flush returned at the end");
+    let on_worker: Vec<_> = ran[1..]
+        .iter()
+        .filter(|&&(tid, _)| tid != flusher)
+        .collect();
+    let nices: std::collections::BTreeSet<i32> = on_worker.iter().map(|&&(_, n)| n).collect();
+    assert!(
+        on_worker.is_empty(),
+        "the flusher waited while the worker ran {} of the {} remaining increments (at nice \
+         {nices:?}); lending stats {:?}",
+        on_worker.len(),
+        INCREMENTS - 1,
+        sched.metrics().lending
+    );
+}
+
+#[test]
+fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
+    // The back-off compares the machine-wide runnable count with the online CPUs.
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..=cpus)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let increments = |sched: &Scheduler| {
+        let runs = Arc::new(AtomicU64::new(0));
+        let counter = runs.clone();
+        let work = sched.work(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            std::hint::black_box((0..10_000u64).sum::<u64>());
+            Next::Yield
+        });
+        work.schedule(Duration::ZERO);
+        (work, runs)
+    };
+    let backing_off = Scheduler::new().unwrap();
+    assert!(backing_off.backs_off());
+    let (work, _runs) = increments(&backing_off);
+    assert!(
+        eventually(|| backing_off.metrics().deferred_yields >= 3),
+        "increments were never deferred with {} runnable spinners on {cpus} CPUs",
+        cpus + 1
+    );
+    work.cancel_sync();
+    let plain = Scheduler::builder().back_off(false).build().unwrap();
+    let (work, runs) = increments(&plain);
+    assert!(eventually(|| runs.load(Ordering::Relaxed) >= 50));
+    work.cancel_sync();
+    assert_eq!(plain.metrics().deferred_yields, 0);
+    stop.store(true, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+}
+
+/// The unprivileged side when the tests run as root: re-runs itself as user 65534 with
+/// `RLIMIT_NICE` 0. Skipped (with a printed reason) where that is impossible: not root, or
+/// no `setpriv`.
+#[test]
+fn without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv() {
+    match common::as_uid_65534(
+        &common::exact_name(
+            module_path!(),
+            "without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv",
+        ),
+        &[],
+    ) {
+        Ok(AsNobody::Here) => {
+            common::drop_rlimit_nice();
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        Ok(AsNobody::Passed) => {}
+        Err(reason) => println!("skipped: {reason}"),
+    }
+}
+
+/// Never skipped when run: it fails if its set-up is impossible.
+#[test]
+#[ignore = "needs CAP_SYS_RESOURCE to raise RLIMIT_NICE; run with --ignored as a privileged root"]
+fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource() {
+    let outcome = common::as_uid_65534(
+        &common::exact_name(module_path!(), "with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource"),
+        &["prlimit", "--nice=15:15"],
+    );
+    match outcome.unwrap_or_else(|reason| panic!("cannot run: {reason}")) {
+        AsNobody::Here => {
+            let sched = Scheduler::new().unwrap();
+            assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
+            check_flush_of_a_running_work(Priority::Nice(19));
+            check_flush_of_a_running_work(Priority::Idle);
+        }
+        AsNobody::Passed => {}
+    }
+}

@@ -1,0 +1,112 @@
+//! `disable`/`enable` nest only with each other: an `enable()` without a matching
+//! `disable()` never lifts the re-arm refusal of a `cancel_sync` (or drop) that waits for
+//! a running instance, so that instance's own `Next::Again` is refused and the work does
+//! not run again after `cancel_sync` returned.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use nicework::{Next, Scheduler, Work};
+
+/// A work that returns `Again` and, on its first run, holds the worker until released.
+fn held_once(sched: &Scheduler) -> (Arc<Work>, Arc<Barrier>, Arc<Barrier>, Arc<AtomicU64>) {
+    let started = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let runs = Arc::new(AtomicU64::new(0));
+    let work = {
+        let (started, release, runs) = (started.clone(), release.clone(), runs.clone());
+        Arc::new(sched.work(move |_| {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                started.wait();
+                release.wait();
+            }
+            Next::Again
+        }))
+    };
+    (work, started, release, runs)
+}
+
+/// Waits until a `cancel_sync` on another thread refuses arms: `schedule` is refused
+/// while the work is not pending. (A `schedule` that lands before the `cancel_sync`
+/// arms the work; the `cancel_sync` then disarms it, and the next attempt is refused.)
+fn wait_until_cancel_sync_refuses(work: &Work) {
+    assert!(
+        common::eventually(|| !work.schedule(Duration::from_secs(3600)) && !work.is_pending()),
+        "cancel_sync never started refusing"
+    );
+}
+
+fn unmatched_enable_against_a_waiting_cancel_sync(sched: &Scheduler, drive: impl FnOnce()) {
+    let (work, started, release, runs) = held_once(sched);
+    assert!(work.schedule(Duration::ZERO));
+    drive();
+    started.wait(); // the first run is executing and holds until released
+    let canceller = {
+        let work = work.clone();
+        std::thread::spawn(move || work.cancel_sync())
+    };
+    wait_until_cancel_sync_refuses(&work);
+    work.enable(); // unmatched: must do nothing
+    work.enable();
+    assert!(!work.is_disabled());
+    assert!(
+        !work.schedule(Duration::ZERO),
+        "enable() lifted cancel_sync's refusal"
+    );
+    release.wait();
+    canceller.join().unwrap();
+    // The run returned `Again` while cancel_sync waited: refused, so nothing is armed.
+    assert!(!work.is_running());
+    assert!(
+        !work.is_pending(),
+        "the work re-armed after cancel_sync returned"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // After cancel_sync, schedule arms it again.
+    assert!(work.schedule(Duration::from_secs(3600)));
+}
+
+#[test]
+fn an_unmatched_enable_does_not_undo_a_waiting_cancel_sync_on_a_worker() {
+    let sched = Scheduler::builder().workers(1).build().unwrap();
+    unmatched_enable_against_a_waiting_cancel_sync(&sched, || {});
+}
+
+#[test]
+fn an_unmatched_enable_does_not_undo_a_waiting_cancel_sync_on_the_manual_scheduler() {
+    let sched = Scheduler::manual();
+    let driver = sched.clone();
+    let mut advancing = None;
+    unmatched_enable_against_a_waiting_cancel_sync(&sched, || {
+        advancing = Some(std::thread::spawn(move || driver.advance(Duration::ZERO)));
+    });
+    assert_eq!(advancing.unwrap().join().unwrap(), 1);
+}
+
+#[test]
+fn enable_still_matches_disable_while_a_cancel_sync_waits() {
+    // A user's own disable/enable pair around a waiting cancel_sync nests as before.
+    let sched = Scheduler::builder().workers(1).build().unwrap();
+    let (work, started, release, _runs) = held_once(&sched);
+    assert!(work.schedule(Duration::ZERO));
+    started.wait();
+    assert!(!work.disable());
+    let canceller = {
+        let work = work.clone();
+        std::thread::spawn(move || work.cancel_sync())
+    };
+    wait_until_cancel_sync_refuses(&work);
+    release.wait();
+    canceller.join().unwrap();
+    assert!(
+        work.is_disabled(),
+        "cancel_sync consumed the user's disable level"
+    );
+    assert!(!work.schedule(Duration::ZERO));
+    work.enable();
+    assert!(!work.is_disabled());
+    assert!(work.schedule(Duration::from_secs(3600)));
+}

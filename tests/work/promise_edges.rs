@@ -1,0 +1,1272 @@
+//! The edges of the promises, written as legal safe code against them:
+//!
+//! - a wait that has ended does not count in the wait-for graph: a work `A` whose
+//!   callback flushed `B` keeps its edge "`A` waits for `B`" until `A`'s thread takes
+//!   the core lock again, and if `B` runs again before that (it armed itself during the
+//!   run), `B`'s `cancel_sync(A)`, `drop(A)` or `A.flush()` must still wait for `A`
+//!   (see also the loom model `work_waits::cancel_sync_from_a_run_that_nothing_waits_for_waits_for_the_other_run`);
+//! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
+//!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
+//!   does not deadlock the thread that broke the cycle;
+//! - late thread-local destructors: `global()` first used there, a callback flushed
+//!   there that cancels, flushes and drops itself, a wait cycle through such a callback,
+//!   `run_chunked` there (each in a child process);
+//! - shutdown racing arms, touches, flushes of a yielding work, cancels and detaches
+//!   leaves every work inert and frees every detached closure;
+//! - a `work()`'s period agrees with its deadline under three racing arms and runs that
+//!   return `Again`;
+//! - per-object works: a constructor that panics while runs come, a dead `Weak`, a zero
+//!   period, a touch or a `cancel_sync` during construction;
+//! - `stats()`: `parks <= runs` and both only grow, with flush runs and worker runs;
+//! - never early by the real clock: `Next::At`, `schedule_within`, `reschedule`, `Again`,
+//!   and a timeout work never runs within idle of a touch that returned before the run
+//!   began;
+//! - `flush` racing `cancel` and re-arms is true exactly when it ran the work; a
+//!   manual scheduler's shutdown ends a flush that takes over `Yield` increments.
+//!
+//! Race tests repeat rounds and fail if any round broke the promise; waits are for
+//! states, bounded, and nothing asserts a timing.
+
+use crate::common;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{drop_flag, Rng};
+use nicework::{Next, Scheduler, Work};
+
+/// Bound for one wait for a state inside a round.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A deadline far enough that nothing armed for it runs during a test.
+const FAR: Duration = Duration::from_secs(60);
+
+/// Spins (yielding) until `cond` holds or `bound` passes; returns whether it held.
+fn spin_for(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > bound {
+            return cond();
+        }
+        thread::yield_now();
+    }
+    true
+}
+
+/// Busy for `d` (a callback that takes a while without sleeping).
+fn busy(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Flushes of `sched`'s works that waited for a run in progress (they are counted under
+/// the core lock just before the wait, after the wait-for edge was registered).
+fn flush_waits(sched: &Scheduler) -> u64 {
+    let lending = sched.metrics().lending;
+    lending.waited + lending.raised
+}
+
+fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
+    eprintln!("{promise}: broken in {broke} of {rounds} rounds {detail}");
+    assert_eq!(
+        broke, 0,
+        "{promise}: broken in {broke} of {rounds} rounds {detail}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// BREAK: a wait that ended is still taken for a wait in the cycle check.
+// ---------------------------------------------------------------------------------------
+
+/// What `B`'s second run does to `A`, whose callback's flush of `B`'s first run is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    CancelSync,
+    Drop,
+    Flush,
+}
+
+/// What `B`'s second run saw right after its call on `A` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// `A`'s callback was still running (it had not even got back from its flush).
+    a_still_in_its_callback: bool,
+    /// Drop: `A`'s closure had been freed.
+    a_closure_freed: bool,
+}
+
+/// One round. `A` (on `sa`) flushes `B` (on `sb`) while `B`'s first run is in progress,
+/// so `A`'s thread sleeps in that wait with its edge "A waits for B" registered. `B`'s
+/// first run arms `B` again (`schedule(0)`) and ends: `A`'s wait is over, `A` will go on
+/// as soon as its thread gets the lock back, and waits for nothing any more. `B`'s second
+/// run, on `B`'s worker, then calls `op` on `A`. Nobody waits for `B` at that point, so
+/// `op` must wait for `A`'s run (there is no cycle): when it returns, `A`'s callback is
+/// over. Returns what `B` saw, or `None` if the round did not get that far.
+fn stale_edge_round(sa: &Scheduler, sb: &Scheduler, op: Op) -> Option<Seen> {
+    let b_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+    let a_holder: Arc<Mutex<Option<Work>>> = Arc::new(Mutex::new(None));
+    let a_in_callback = Arc::new(AtomicBool::new(false));
+    let b_runs = Arc::new(AtomicU32::new(0));
+    let seen: Arc<Mutex<Option<Seen>>> = Arc::new(Mutex::new(None));
+    let (flag, a_freed) = drop_flag();
+    let waits_before = flush_waits(sa) + flush_waits(sb);
+
+    let a = {
+        let (b_slot, a_in_callback) = (b_slot.clone(), a_in_callback.clone());
+        sa.work(move |_| {
+            let _keep = &flag;
+            a_in_callback.store(true, SeqCst);
+            if let Some(b) = b_slot.get().and_then(Weak::upgrade) {
+                b.flush(); // waits for B's first run
+            }
+            a_in_callback.store(false, SeqCst);
+            Next::Park
+        })
+    };
+    let b = {
+        let (b_slot, a_holder, a_in_callback, b_runs, seen, a_freed) = (
+            b_slot.clone(),
+            a_holder.clone(),
+            a_in_callback.clone(),
+            b_runs.clone(),
+            seen.clone(),
+            a_freed.clone(),
+        );
+        let (sa2, sb2) = (sa.clone(), sb.clone());
+        Arc::new(sb.work(move |_| {
+            let (sa, sb) = (&sa2, &sb2);
+            match b_runs.fetch_add(1, SeqCst) + 1 {
+                1 => {
+                    // A's flush registered its edge and sleeps, waiting for this run.
+                    spin_for(BOUND, || flush_waits(sa) + flush_waits(sb) > waits_before);
+                    // The next instance runs as soon as this one ends.
+                    if let Some(me) = b_slot.get().and_then(Weak::upgrade) {
+                        me.schedule(Duration::ZERO);
+                    }
+                }
+                2 => {
+                    match op {
+                        Op::CancelSync => {
+                            if let Some(a) = a_holder.lock().unwrap().as_ref() {
+                                a.cancel_sync();
+                            }
+                        }
+                        Op::Flush => {
+                            if let Some(a) = a_holder.lock().unwrap().as_ref() {
+                                a.flush();
+                            }
+                        }
+                        Op::Drop => {
+                            let a = a_holder.lock().unwrap().take();
+                            drop(a);
+                        }
+                    }
+                    *seen.lock().unwrap() = Some(Seen {
+                        a_still_in_its_callback: a_in_callback.load(SeqCst),
+                        a_closure_freed: a_freed.load(SeqCst),
+                    });
+                }
+                _ => {}
+            }
+            Next::Park
+        }))
+    };
+    b_slot.set(Arc::downgrade(&b)).unwrap();
+    *a_holder.lock().unwrap() = Some(a);
+
+    assert!(b.schedule(Duration::ZERO));
+    assert!(spin_for(BOUND, || b_runs.load(SeqCst) >= 1), "B never ran");
+    if let Some(a) = a_holder.lock().unwrap().as_ref() {
+        assert!(a.schedule(Duration::ZERO)); // runs on A's worker, flushes B
+    }
+    let done = spin_for(BOUND, || {
+        seen.lock().unwrap().is_some() && !a_in_callback.load(SeqCst) && !b.is_running()
+    });
+    let result = *seen.lock().unwrap();
+    assert!(done || result.is_none(), "the round never settled");
+    drop(a_holder.lock().unwrap().take());
+    b.cancel_sync();
+    result
+}
+
+/// Runs `rounds` stale-edge rounds of `op`; returns (broken, completed).
+fn stale_edge_rounds(op: Op, rounds: usize, broken: impl Fn(&Seen) -> bool) -> (usize, usize) {
+    // A's scheduler runs at SCHED_IDLE, B's at the default nice 19: A's worker is the
+    // slower one to get the CPU back once its wait ends (setup, not needed for the break;
+    // it also happens with one scheduler of two workers).
+    let sa = Scheduler::builder()
+        .priority(nicework::Priority::Idle)
+        .build()
+        .unwrap();
+    let sb = Scheduler::builder().build().unwrap();
+    let (mut broke, mut completed) = (0, 0);
+    for _ in 0..rounds {
+        if let Some(seen) = stale_edge_round(&sa, &sb, op) {
+            completed += 1;
+            if broken(&seen) {
+                broke += 1;
+            }
+        }
+    }
+    (broke, completed)
+}
+
+#[test]
+fn cancel_sync_from_a_callback_waits_for_a_run_whose_flush_of_that_work_has_ended() {
+    let (broke, completed) =
+        stale_edge_rounds(Op::CancelSync, 200, |seen| seen.a_still_in_its_callback);
+    assert!(completed > 150, "only {completed} rounds got to the cancel");
+    assert_no_round_broke(
+        "cancel_sync never returns while the callback runs on another thread",
+        broke,
+        completed,
+        "(B's cancel_sync(A) returned while A's callback still ran: A's ended wait for \
+         B's previous run was taken for a wait cycle)",
+    );
+}
+
+#[test]
+fn drop_from_a_callback_waits_for_a_run_whose_flush_of_that_work_has_ended() {
+    let (broke, completed) = stale_edge_rounds(Op::Drop, 200, |seen| {
+        seen.a_still_in_its_callback || !seen.a_closure_freed
+    });
+    assert!(completed > 150, "only {completed} rounds got to the drop");
+    assert_no_round_broke(
+        "drop returns once the run ended, with the closure freed",
+        broke,
+        completed,
+        "(B's drop(A) returned while A's callback still ran and before A's closure was \
+         freed: A's ended wait for B's previous run was taken for a wait cycle)",
+    );
+}
+
+#[test]
+fn flush_from_a_callback_waits_for_a_run_whose_flush_of_that_work_has_ended() {
+    // Its return value says nothing here: `false` is right when A's callback had already
+    // ended (A was idle). A flush that returned while A's callback still ran broke the
+    // promise.
+    let (broke, completed) = stale_edge_rounds(Op::Flush, 200, |seen| seen.a_still_in_its_callback);
+    assert!(completed > 150, "only {completed} rounds got to the flush");
+    assert_no_round_broke(
+        "flush of a running work waits for it and returns true",
+        broke,
+        completed,
+        "(B's A.flush() returned false without waiting while A's callback ran: A's \
+         ended wait for B's previous run was taken for a wait cycle)",
+    );
+}
+
+/// The same race on one scheduler with two workers (no priority difference at all).
+#[test]
+fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_workers() {
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    let (mut broke, mut completed) = (0, 0);
+    for _ in 0..200 {
+        if let Some(seen) = stale_edge_round(&sched, &sched, Op::CancelSync) {
+            completed += 1;
+            broke += usize::from(seen.a_still_in_its_callback);
+        }
+    }
+    assert!(completed > 150, "only {completed} rounds got to the cancel");
+    assert_no_round_broke(
+        "cancel_sync never returns while the callback runs on another worker",
+        broke,
+        completed,
+        "(one scheduler, two workers)",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: late thread-local destructors (each in a child process: the failure is an abort
+// or a hang).
+// ---------------------------------------------------------------------------------------
+
+const CHILD_VAR: &str = "NICEWORK_ATTACK_CHILD";
+
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD_VAR).as_deref() == Ok(name)
+}
+
+/// Re-runs test `name` in a child process and asserts that it printed `CHILD-OK` and
+/// exited successfully (killed after a liveness bound: a hang fails too).
+fn assert_child_passes(name: &str) {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &common::exact_name(module_path!(), name),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_VAR, name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let finished = loop {
+        if child.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            break false;
+        }
+        thread::sleep(Duration::from_millis(2));
+    };
+    let output = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        finished && output.status.success() && text.contains("CHILD-OK"),
+        "the child running {name} hung, died or failed ({:?}):\n{text}",
+        output.status
+    );
+}
+
+/// Runs its closure when dropped, inside a thread-local's destructor.
+struct Late(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for Late {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+thread_local! {
+    static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
+}
+
+/// A thread that runs `f` in a thread-local destructor registered before nicework ran
+/// anything on it (so destroyed after whatever nicework registered).
+fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        LATE.with(|_| {});
+        let manual = Scheduler::manual();
+        let work = manual.work(|_| Next::Park);
+        work.schedule(Duration::ZERO);
+        assert!(work.flush());
+        drop(work);
+        drop(manual);
+        LATE.with(|late| *late.borrow_mut() = Some(Late(Some(Box::new(f)))));
+    })
+}
+
+#[test]
+fn global_first_used_in_a_late_thread_local_destructor_runs_works() {
+    const NAME: &str = "global_first_used_in_a_late_thread_local_destructor_runs_works";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let ran = Arc::new(AtomicBool::new(false));
+    let out = ran.clone();
+    in_a_late_destructor(move || {
+        let (tx, rx) = mpsc::channel();
+        let work = nicework::global().work(move |_| {
+            let _ = tx.send(());
+            Next::Park
+        });
+        assert!(work.schedule(Duration::ZERO));
+        rx.recv_timeout(BOUND)
+            .expect("the global scheduler ran nothing");
+        drop(work);
+        out.store(true, SeqCst);
+    })
+    .join()
+    .unwrap();
+    assert!(ran.load(SeqCst));
+    println!("CHILD-OK");
+}
+
+#[test]
+fn a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself() {
+    const NAME: &str = "a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let out = results.clone();
+    in_a_late_destructor(move || {
+        let sched = Scheduler::manual();
+        // cancel_sync and flush of itself, then a re-arm of its own: refused.
+        let slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+        let inner_flush = Arc::new(AtomicBool::new(true));
+        let work = {
+            let (slot, inner_flush) = (slot.clone(), inner_flush.clone());
+            Arc::new(sched.work(move |_| {
+                let me = slot.get().unwrap().upgrade().unwrap();
+                me.cancel_sync();
+                inner_flush.store(me.flush(), SeqCst);
+                Next::Again
+            }))
+        };
+        slot.set(Arc::downgrade(&work)).unwrap();
+        work.schedule(Duration::ZERO);
+        let flushed = work.flush();
+        out.lock().unwrap().push((
+            "cancel_sync+flush",
+            flushed && !inner_flush.load(SeqCst) && !work.is_pending(),
+        ));
+        // drop of itself: the closure is freed after the run.
+        let holder: Arc<Mutex<Option<Work>>> = Arc::new(Mutex::new(None));
+        let (flag, freed) = drop_flag();
+        let work = {
+            let holder = holder.clone();
+            sched.work(move |_| {
+                let _keep = &flag;
+                drop(holder.lock().unwrap().take());
+                Next::Again
+            })
+        };
+        work.schedule(Duration::ZERO);
+        *holder.lock().unwrap() = Some(work);
+        let ran = sched.advance(Duration::ZERO);
+        out.lock()
+            .unwrap()
+            .push(("drop", ran == 1 && freed.load(SeqCst)));
+    })
+    .join()
+    .unwrap();
+    let results = results.lock().unwrap().clone();
+    assert_eq!(
+        results,
+        vec![("cancel_sync+flush", true), ("drop", true)],
+        "in a late destructor"
+    );
+    println!("CHILD-OK");
+}
+
+#[test]
+fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
+    const NAME: &str = "a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    in_a_late_destructor(move || {
+        let sched = Scheduler::builder().build().unwrap();
+        let manual = Scheduler::manual();
+        let a_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+        let b_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+        let b_started = Arc::new(AtomicBool::new(false));
+        let waits_before = flush_waits(&sched);
+        // B, on the worker: waits until A's flush sleeps in its wait for B, then
+        // cancel_syncs A (a cycle: it must not wait).
+        let b = {
+            let (a_slot, b_started, sched2) = (a_slot.clone(), b_started.clone(), sched.clone());
+            Arc::new(sched.work(move |_| {
+                b_started.store(true, SeqCst);
+                spin_for(BOUND, || flush_waits(&sched2) > waits_before);
+                if let Some(a) = a_slot.get().and_then(Weak::upgrade) {
+                    a.cancel_sync();
+                }
+                Next::Park
+            }))
+        };
+        // A, flushed on this (late) thread: flushes B while B runs.
+        let a = {
+            let (b_slot, b_started) = (b_slot.clone(), b_started.clone());
+            Arc::new(manual.work(move |_| {
+                spin_for(BOUND, || b_started.load(SeqCst));
+                if let Some(b) = b_slot.get().and_then(Weak::upgrade) {
+                    b.flush();
+                }
+                Next::Again
+            }))
+        };
+        a_slot.set(Arc::downgrade(&a)).unwrap();
+        b_slot.set(Arc::downgrade(&b)).unwrap();
+        b.schedule(Duration::ZERO);
+        a.schedule(Duration::ZERO);
+        assert!(a.flush());
+        assert!(!a.is_pending(), "A's own re-arm was not refused");
+        drop(a);
+        drop(b);
+    })
+    .join()
+    .unwrap();
+    println!("CHILD-OK");
+}
+
+#[test]
+fn run_chunked_in_a_late_thread_local_destructor_completes() {
+    const NAME: &str = "run_chunked_in_a_late_thread_local_destructor_completes";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let total = Arc::new(AtomicU64::new(0));
+    let out = total.clone();
+    in_a_late_destructor(move || {
+        let sched = Scheduler::builder().workers(2).build().unwrap();
+        sched
+            .run_chunked(0..10_000, 16, |range| {
+                out.fetch_add(range.len() as u64, SeqCst);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        // And from inside a callback flushed there.
+        let manual = Scheduler::manual();
+        let (sched2, out2) = (sched.clone(), out.clone());
+        let work = manual.work(move |_| {
+            sched2
+                .run_chunked(0..1_000, 4, |range| {
+                    out2.fetch_add(range.len() as u64, SeqCst);
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            Next::Park
+        });
+        work.schedule(Duration::ZERO);
+        assert!(work.flush());
+    })
+    .join()
+    .unwrap();
+    assert_eq!(total.load(SeqCst), 11_000);
+    println!("CHILD-OK");
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: shutdown racing everything leaves every work inert.
+// ---------------------------------------------------------------------------------------
+
+/// Everything that must hold of `work` once its scheduler is gone and nothing runs.
+fn inertness_violations(work: &Work) -> Vec<&'static str> {
+    let mut wrong = Vec::new();
+    if work.is_pending() {
+        wrong.push("pending");
+    }
+    if work.is_running() {
+        wrong.push("running");
+    }
+    if work.schedule(Duration::ZERO) || work.is_pending() {
+        wrong.push("schedule armed it");
+    }
+    if work.reschedule(FAR) || work.is_pending() {
+        wrong.push("reschedule armed it");
+    }
+    if work.schedule_within(Duration::from_millis(1)) || work.is_pending() {
+        wrong.push("schedule_within armed it");
+    }
+    work.touch();
+    if work.is_pending() {
+        wrong.push("touch armed it");
+    }
+    if work.flush() {
+        wrong.push("flush returned true");
+    }
+    if work.cancel() {
+        wrong.push("cancel returned true");
+    }
+    if work.cancel_sync() {
+        wrong.push("cancel_sync returned true");
+    }
+    wrong
+}
+
+/// One round: works of every kind (one yielding, one re-arming with `Again`, a timeout, a
+/// long runner, and detached ones) hammered by threads that arm, touch, flush and cancel,
+/// while the only `Scheduler` handle is dropped. Returns what was wrong afterwards.
+fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
+    let sched = Scheduler::builder()
+        .workers(2)
+        .back_off(false)
+        .build()
+        .unwrap();
+    let works: Vec<Work> = vec![
+        sched.work(|_| {
+            busy(Duration::from_micros(50));
+            Next::Yield
+        }),
+        sched.every(Duration::from_micros(100), |_| Next::Again),
+        sched.timeout(Duration::from_micros(200), |_| Next::Park),
+        sched.work(|_| {
+            busy(Duration::from_micros(300));
+            Next::After(Duration::ZERO)
+        }),
+    ];
+    for work in &works {
+        work.schedule(Duration::ZERO);
+    }
+    let mut freed = Vec::new();
+    for i in 0..3 {
+        let (flag, was_freed) = drop_flag();
+        let work = sched.work(move |_| {
+            let _keep = &flag;
+            busy(Duration::from_micros(20 * i));
+            Next::Yield
+        });
+        work.schedule(Duration::ZERO);
+        freed.push(was_freed);
+        if i == 0 {
+            work.detach();
+        } else {
+            // Detached by another thread, around the shutdown.
+            let (tx, rx) = mpsc::channel::<Work>();
+            thread::spawn(move || {
+                if let Ok(work) = rx.recv() {
+                    work.detach();
+                }
+            });
+            tx.send(work).unwrap();
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let started = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for t in 0..3u64 {
+            let (works, stop, started) = (&works, &stop, &started);
+            s.spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(t + 1) | 1);
+                started.fetch_add(1, SeqCst);
+                while !stop.load(SeqCst) {
+                    let work = &works[(rng.next() % works.len() as u64) as usize];
+                    match (rng.next() % 8, t) {
+                        (_, 0) => {
+                            work.flush();
+                        }
+                        (0 | 1, _) => {
+                            work.reschedule(Duration::from_micros(rng.next() % 300));
+                        }
+                        (2, _) => {
+                            work.schedule(Duration::ZERO);
+                        }
+                        (3, _) => {
+                            work.schedule_within(Duration::from_micros(rng.next() % 300));
+                        }
+                        (4 | 5, _) => work.touch(),
+                        (6, _) => {
+                            work.cancel();
+                        }
+                        _ => {
+                            work.cancel_sync();
+                            work.schedule(Duration::ZERO);
+                        }
+                    }
+                }
+            });
+        }
+        spin_for(BOUND, || started.load(SeqCst) == 3);
+        thread::sleep(Duration::from_micros(seed % 2_000));
+        drop(sched);
+        // A little more racing after the shutdown, then quiet.
+        thread::sleep(Duration::from_micros(200));
+        stop.store(true, SeqCst);
+    });
+    let mut wrong = Vec::new();
+    for work in &works {
+        wrong.extend(inertness_violations(work));
+    }
+    if !spin_for(BOUND, || freed.iter().all(|f| f.load(SeqCst))) {
+        wrong.push("a detached closure was never freed");
+    }
+    wrong
+}
+
+#[test]
+fn shutdown_racing_arms_touches_flushes_cancels_and_detaches_leaves_every_work_inert() {
+    let rounds = 60;
+    let mut seen = BTreeMap::new();
+    let mut broke = 0;
+    for round in 0..rounds {
+        let wrong = shutdown_race_round(0x9e37_79b9 ^ (round as u64 * 7919));
+        broke += usize::from(!wrong.is_empty());
+        for what in wrong {
+            *seen.entry(what).or_insert(0usize) += 1;
+        }
+    }
+    assert_no_round_broke(
+        "after shutdown nothing is armed",
+        broke,
+        rounds,
+        &format!("({seen:?})"),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: a work()'s period agrees with its deadline under racing arms.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_works_period_agrees_with_its_deadline_under_three_racing_arms_and_again() {
+    const SHORT: Duration = Duration::from_millis(2);
+    const LONG_A: Duration = Duration::from_secs(30);
+    const LONG_B: Duration = Duration::from_secs(40);
+    let sched = Scheduler::builder().build().unwrap();
+    let work = sched.work(|_| Next::Again);
+    let (mut checked, mut mismatched, mut example) = (0, 0, None);
+    let started = Instant::now();
+    let mut round = 0u64;
+    while started.elapsed() < Duration::from_secs(3) && round < 400 {
+        round += 1;
+        let stop = AtomicBool::new(false);
+        thread::scope(|s| {
+            for (t, delay) in [SHORT, LONG_A, LONG_B].into_iter().enumerate() {
+                let (work, stop) = (&work, &stop);
+                s.spawn(move || {
+                    let mut rng = Rng(round * 3 + t as u64 + 1);
+                    while !stop.load(SeqCst) {
+                        match rng.next() % 4 {
+                            0 => {
+                                work.schedule(delay);
+                            }
+                            1 if t == 0 => {
+                                work.cancel();
+                            }
+                            _ => {
+                                work.reschedule(delay);
+                            }
+                        }
+                    }
+                });
+            }
+            thread::sleep(Duration::from_micros(500 + round % 1_000));
+            stop.store(true, SeqCst);
+        });
+        let before = Instant::now();
+        let period = work.period();
+        let deadline = work.deadline();
+        if let Some(deadline) = deadline {
+            // Arms came within the last few ms: deadline - now is the period, give or
+            // take the round (a SHORT work may be running and re-arming meanwhile).
+            let ahead = deadline.saturating_duration_since(before);
+            let agrees = match period {
+                p if p == SHORT => ahead < Duration::from_secs(1),
+                // (Long delays are timed with the coarse clock, up to its margin late.)
+                p if p == LONG_A => {
+                    ahead > LONG_A - Duration::from_secs(2)
+                        && ahead < LONG_A + Duration::from_secs(1)
+                }
+                p if p == LONG_B => {
+                    ahead > LONG_B - Duration::from_secs(2)
+                        && ahead < LONG_B + Duration::from_secs(1)
+                }
+                _ => false,
+            };
+            checked += 1;
+            if !agrees {
+                mismatched += 1;
+                example.get_or_insert((period, ahead));
+            }
+        }
+        work.cancel();
+    }
+    work.cancel_sync();
+    assert!(checked > 0);
+    assert_no_round_broke(
+        "period() comes from the arm of deadline()",
+        mismatched,
+        checked,
+        &format!("(first mismatch (period, deadline - now): {example:?})"),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: per-object works and Arc::new_cyclic.
+// ---------------------------------------------------------------------------------------
+
+struct Obj {
+    reached: AtomicU64,
+    work: Work,
+}
+
+fn reach(obj: &Obj, _: &mut nicework::Ctx<'_>) -> Next {
+    obj.reached.fetch_add(1, SeqCst);
+    Next::Again
+}
+
+#[test]
+fn a_constructor_that_panics_while_runs_come_frees_the_work_and_nothing_runs_after() {
+    common::quiet_panics_starting_with("promise_edges: constructor");
+    let sched = Scheduler::builder().build().unwrap();
+    let (flag, freed) = drop_flag();
+    let runs_at_panic = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
+    let result = {
+        let (runs_at_panic, calls) = (runs_at_panic.clone(), calls.clone());
+        catch_unwind(AssertUnwindSafe(|| {
+            Arc::new_cyclic(|me: &Weak<Obj>| {
+                let work = sched.every_for(me, Duration::ZERO, move |obj: &Obj, cx| {
+                    let _keep = &flag;
+                    calls.fetch_add(1, SeqCst);
+                    reach(obj, cx)
+                });
+                // Runs come (and find no object) while the constructor works on.
+                spin_for(BOUND, || work.stats().runs >= 2 || work.is_running());
+                runs_at_panic.store(work.stats().runs, SeqCst);
+                panic!("promise_edges: constructor fails");
+                #[allow(unreachable_code)]
+                Obj {
+                    reached: AtomicU64::new(0),
+                    work,
+                }
+            })
+        }))
+    };
+    assert!(result.is_err());
+    // The unwinding dropped the work: that waited for a run in progress and freed the
+    // closure.
+    assert!(freed.load(SeqCst), "the work's closure outlived the panic");
+    assert_eq!(
+        calls.load(SeqCst),
+        0,
+        "a run reached an object that never existed"
+    );
+}
+
+#[test]
+fn a_per_object_work_of_a_dead_weak_calls_nothing_and_retries_no_faster_than_10_ms() {
+    let sched = Scheduler::manual();
+    let dead: Weak<Obj> = Weak::new();
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let work = sched.every_for(&dead, Duration::ZERO, move |obj: &Obj, cx| {
+        counter.fetch_add(1, SeqCst);
+        reach(obj, cx)
+    });
+    let runs = sched.advance(Duration::from_millis(100));
+    assert_eq!(calls.load(SeqCst), 0);
+    assert!(work.is_pending(), "the retrying work stopped");
+    assert!(
+        (1..=11).contains(&runs),
+        "{runs} runs in 100 ms: faster than every 10 ms"
+    );
+}
+
+#[test]
+fn new_cyclic_with_a_touch_and_runs_during_construction_reaches_the_object_after() {
+    let sched = Scheduler::manual();
+    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
+        let work = sched.work_for(me, reach);
+        work.touch(); // parked work(): armed for its period (0: the slack)
+        assert!(work.is_pending());
+        // Runs during construction: they find no object, call nothing, re-arm.
+        assert!(sched.advance(Duration::from_millis(50)) >= 1);
+        assert!(
+            work.is_pending(),
+            "a run during construction stopped the work"
+        );
+        Obj {
+            reached: AtomicU64::new(0),
+            work,
+        }
+    });
+    sched.advance(Duration::from_millis(50));
+    assert!(
+        obj.reached.load(SeqCst) >= 1,
+        "the work never reached the object"
+    );
+}
+
+#[test]
+fn new_cyclic_with_cancel_sync_during_construction_stays_cancelled_until_scheduled() {
+    let sched = Scheduler::manual();
+    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
+        let work = sched.every_for(me, Duration::from_millis(5), reach);
+        assert!(sched.advance(Duration::from_millis(5)) == 1); // before the object exists
+        work.cancel_sync();
+        Obj {
+            reached: AtomicU64::new(0),
+            work,
+        }
+    });
+    assert_eq!(sched.advance(Duration::from_millis(100)), 0);
+    obj.work.touch(); // stopped by cancel_sync: touch does not arm it
+    assert!(!obj.work.is_pending());
+    assert!(obj.work.schedule(Duration::ZERO));
+    sched.advance(Duration::from_millis(20));
+    assert!(obj.reached.load(SeqCst) >= 1);
+    drop(obj);
+    assert_eq!(sched.advance(Duration::from_millis(100)), 0);
+}
+
+#[test]
+fn every_for_with_a_zero_period_in_new_cyclic_survives_runs_during_construction() {
+    let sched = Scheduler::builder().build().unwrap();
+    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
+        let work = sched.every_for(me, Duration::ZERO, reach);
+        spin_for(BOUND, || work.stats().runs >= 3);
+        Obj {
+            reached: AtomicU64::new(0),
+            work,
+        }
+    });
+    assert!(
+        spin_for(BOUND, || obj.reached.load(SeqCst) >= 3),
+        "the work stopped after the runs during construction"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: stats.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn stats_counts_never_show_more_parks_than_runs_and_never_go_back() {
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    let flip = AtomicU64::new(0);
+    let work = sched.work(move |_| {
+        if flip.fetch_add(1, SeqCst) % 3 == 0 {
+            Next::After(Duration::ZERO)
+        } else {
+            Next::Park
+        }
+    });
+    let stop = AtomicBool::new(false);
+    let bad = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        // Re-armers: one flushes (runs on the caller), one schedules (runs on workers).
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                work.schedule(Duration::ZERO);
+                work.flush();
+            }
+        });
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                work.schedule(Duration::ZERO);
+            }
+        });
+        for _ in 0..2 {
+            s.spawn(|| {
+                let (mut runs, mut parks) = (0, 0);
+                while !stop.load(SeqCst) {
+                    let stats = work.stats();
+                    if stats.parks > stats.runs || stats.runs < runs || stats.parks < parks {
+                        bad.lock()
+                            .unwrap()
+                            .push(((runs, parks), (stats.runs, stats.parks)));
+                    }
+                    (runs, parks) = (stats.runs, stats.parks);
+                }
+            });
+        }
+        thread::sleep(Duration::from_secs(1));
+        stop.store(true, SeqCst);
+    });
+    work.cancel_sync();
+    assert!(work.stats().runs > 0);
+    let bad = bad.into_inner().unwrap();
+    assert!(
+        bad.is_empty(),
+        "{} bad snapshots, first (previous, now) as (runs, parks): {:?}",
+        bad.len(),
+        bad.first()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: never early by the real clock.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn runs_are_never_early_by_the_real_clock_for_at_schedule_within_reschedule_and_again() {
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    let early = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicU64::new(0));
+    let mk = |kind: &'static str, next: fn(&mut nicework::Ctx<'_>, u64) -> Next| {
+        let (early, runs) = (early.clone(), runs.clone());
+        let mut n = 0u64;
+        sched.work(move |cx| {
+            let now = Instant::now();
+            if now < cx.deadline() {
+                early.lock().unwrap().push((kind, cx.deadline() - now));
+            }
+            runs.fetch_add(1, SeqCst);
+            n += 1;
+            next(cx, n)
+        })
+    };
+    let at = mk("At", |_, n| {
+        Next::At(Instant::now() + Duration::from_micros(137 * (n % 13)))
+    });
+    let again = mk("Again", |_, _| Next::Again);
+    let after = mk("After", |_, n| {
+        Next::After(Duration::from_nanos(9_973 * (n % 29)))
+    });
+    let armed = mk("schedule_within/reschedule", |_, _| Next::Park);
+    at.schedule(Duration::ZERO);
+    again.schedule(Duration::from_micros(250));
+    after.schedule(Duration::ZERO);
+    let mut rng = Rng(12345);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(1) {
+        let d = Duration::from_nanos(rng.next() % 700_000);
+        if rng.next() % 2 == 0 {
+            armed.schedule_within(d);
+        } else {
+            armed.reschedule(d);
+        }
+        let before = Instant::now();
+        let now = sched.now();
+        assert!(
+            before <= now && now <= Instant::now(),
+            "now() is off Instant"
+        );
+        thread::sleep(Duration::from_micros(rng.next() % 300));
+    }
+    drop((at, again, after, armed));
+    assert!(runs.load(SeqCst) > 100);
+    let early = early.lock().unwrap();
+    assert!(
+        early.is_empty(),
+        "{} runs before cx.deadline() by the real clock, first: {:?}",
+        early.len(),
+        early.first()
+    );
+}
+
+#[test]
+fn a_timeout_never_runs_within_idle_of_a_touch_that_returned_before_the_run_began() {
+    const IDLE: Duration = Duration::from_millis(10);
+    let sched = Scheduler::builder().build().unwrap();
+    let starts = Arc::new(Mutex::new(BTreeMap::new()));
+    let out = starts.clone();
+    let work = sched.timeout(IDLE, move |cx| {
+        out.lock().unwrap().insert(cx.runs(), Instant::now());
+        if cx.runs() % 2 == 0 {
+            Next::Park
+        } else {
+            Next::Again
+        }
+    });
+    // (runs completed, time before the touch) for every touch after which the work was
+    // seen not running: run `runs + 1` began after that touch returned.
+    let mut touches = Vec::new();
+    let mut rng = Rng(777);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        let before = Instant::now();
+        work.touch();
+        let running = work.is_running();
+        let runs = work.stats().runs;
+        if !running {
+            touches.push((runs, before));
+        }
+        thread::sleep(Duration::from_micros(rng.next() % 25_000));
+    }
+    work.cancel_sync();
+    let starts = starts.lock().unwrap();
+    assert!(starts.len() > 10, "only {} runs", starts.len());
+    let early: Vec<_> = touches
+        .iter()
+        .filter_map(|&(runs, before)| {
+            let began = *starts.get(&(runs + 1))?;
+            (began < before + IDLE).then(|| (runs + 1, before + IDLE - began))
+        })
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} runs began within idle of a touch that returned before them, first (run, \
+         how early): {:?}",
+        early.len(),
+        early.first()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// BREAK: the wait-cycle warning is emitted under the scheduler's core lock.
+// ---------------------------------------------------------------------------------------
+
+/// A tracing subscriber that wakes a log-shipping work on every event: it `touch()`es a
+/// parked work, as a periodic flusher of buffered log lines would.
+struct TouchOnEvent {
+    flusher: Arc<Work>,
+    events: Arc<AtomicU64>,
+}
+
+impl tracing::Subscriber for TouchOnEvent {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {
+        self.events.fetch_add(1, SeqCst);
+        self.flusher.touch();
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
+    const NAME: &str = "a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let sched = Scheduler::manual();
+    let flusher = Arc::new(sched.work(|_| Next::Park)); // parked: touch() arms it
+    let a_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+    let b_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
+    let a_running = Arc::new(AtomicBool::new(false));
+    let b = {
+        let (a_slot, a_running) = (a_slot.clone(), a_running.clone());
+        Arc::new(sched.work(move |_| {
+            spin_for(BOUND, || a_running.load(SeqCst));
+            if let Some(a) = a_slot.get().and_then(Weak::upgrade) {
+                a.cancel_sync(); // waits for A's run
+            }
+            Next::Park
+        }))
+    };
+    let a = {
+        let (a_slot, b_slot, a_running) = (a_slot.clone(), b_slot.clone(), a_running.clone());
+        Arc::new(sched.work(move |_| {
+            a_running.store(true, SeqCst);
+            let me = a_slot.get().and_then(Weak::upgrade).unwrap();
+            // Wait until B's cancel_sync of this run refuses re-arms (it waits for us).
+            spin_for(BOUND, || {
+                me.reschedule(FAR);
+                !me.is_pending()
+            });
+            if let Some(b) = b_slot.get().and_then(Weak::upgrade) {
+                b.cancel_sync(); // a cycle: must not wait; a warning names both works
+            }
+            Next::Park
+        }))
+    };
+    a_slot.set(Arc::downgrade(&a)).unwrap();
+    b_slot.set(Arc::downgrade(&b)).unwrap();
+    assert!(a.schedule(Duration::ZERO) && b.schedule(Duration::ZERO));
+    let b_flusher = {
+        let b = b.clone();
+        thread::spawn(move || b.flush())
+    };
+    let done = Arc::new(AtomicBool::new(false));
+    let subscriber_events = Arc::new(AtomicU64::new(0));
+    let subscriber = TouchOnEvent {
+        flusher: flusher.clone(),
+        events: subscriber_events.clone(),
+    };
+    {
+        let (a, done) = (a.clone(), done.clone());
+        thread::spawn(move || {
+            tracing::subscriber::with_default(subscriber, || a.flush());
+            done.store(true, SeqCst);
+        });
+    }
+    // Unbroken, this takes milliseconds.
+    if !spin_for(Duration::from_secs(5), || done.load(SeqCst)) {
+        // Not a panic: unwinding would drop the works, whose drop waits for the same lock.
+        eprintln!(
+            "deadlock: the flush that broke the wait cycle never returned (its warning \
+             event ran the subscriber, whose touch() of a work waits for the core lock \
+             the cycle check holds); subscriber events: {}",
+            subscriber_events.load(SeqCst)
+        );
+        std::process::exit(3);
+    }
+    b_flusher.join().unwrap();
+    println!("CHILD-OK");
+}
+
+// ---------------------------------------------------------------------------------------
+// HELD: flush returns true exactly when it ran (or waited for) an instance.
+// ---------------------------------------------------------------------------------------
+
+/// On a manual scheduler nothing but `flush` runs the work, and one thread flushes: so
+/// `flush()` is true exactly when the callback ran during it. Other threads cancel it and
+/// re-arm it (lock-free and locked) all the while; the callback returns `next`.
+fn flush_is_true_exactly_when_it_ran(next: Next) {
+    let sched = Scheduler::manual();
+    let runs = Arc::new(AtomicU64::new(0));
+    let counter = runs.clone();
+    let work = sched.work(move |_| {
+        counter.fetch_add(1, SeqCst);
+        next
+    });
+    work.schedule(FAR); // a live entry: reschedules are lock-free
+    let stop = AtomicBool::new(false);
+    let (wrong, flushes) = thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                work.cancel();
+            }
+        });
+        s.spawn(|| {
+            let mut rng = Rng(99);
+            while !stop.load(SeqCst) {
+                match rng.next() % 3 {
+                    0 => work.reschedule(FAR),
+                    1 => work.schedule(FAR),
+                    _ => work.reschedule(Duration::ZERO), // locked
+                };
+            }
+        });
+        let (mut wrong, mut flushes) = (Vec::new(), 0);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(700) {
+            let before = runs.load(SeqCst);
+            let flushed = work.flush();
+            let ran = runs.load(SeqCst) > before;
+            flushes += 1;
+            if flushed != ran {
+                wrong.push((flushed, ran));
+            }
+        }
+        stop.store(true, SeqCst);
+        (wrong, flushes)
+    });
+    work.cancel_sync();
+    assert!(runs.load(SeqCst) > 0);
+    assert!(
+        wrong.is_empty(),
+        "{} of {flushes} flushes returned what they did not do, first (returned, ran): {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+}
+
+#[test]
+fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_parking_work() {
+    flush_is_true_exactly_when_it_ran(Next::Park);
+}
+
+#[test]
+fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_yielding_work() {
+    flush_is_true_exactly_when_it_ran(Next::Yield);
+}
+
+/// A flush that runs a yielding work's increments for ever on a manual scheduler: the
+/// last handle dropped from another thread ends it, and leaves the work inert.
+#[test]
+fn shutdown_of_a_manual_scheduler_ends_a_flush_taking_over_yield_increments() {
+    for round in 0..50u64 {
+        let sched = Scheduler::manual();
+        let increments = Arc::new(AtomicU64::new(0));
+        let counter = increments.clone();
+        let work = Arc::new(sched.work(move |_| {
+            counter.fetch_add(1, SeqCst);
+            busy(Duration::from_micros(20));
+            Next::Yield
+        }));
+        work.schedule(Duration::ZERO);
+        let flusher = {
+            let work = work.clone();
+            thread::spawn(move || work.flush())
+        };
+        spin_for(BOUND, || increments.load(SeqCst) > round % 7);
+        drop(sched);
+        let done = spin_for(BOUND, || flusher.is_finished());
+        assert!(
+            done,
+            "the flush never returned after shutdown (round {round})"
+        );
+        assert!(flusher.join().unwrap());
+        let wrong = inertness_violations(&work);
+        assert!(
+            wrong.is_empty(),
+            "after shutdown (round {round}): {wrong:?}"
+        );
+    }
+}

@@ -1,0 +1,875 @@
+//! Promises that legal code once broke, one test (or a few) each:
+//!
+//! - `cancel_sync` refuses every re-arm from the moment it is called: a lock-free
+//!   `reschedule` racing with it (from another thread, or while the callback cancels
+//!   itself) must not leave the work pending once the cancel is over.
+//! - nicework's thread-locals may be gone when a user's thread-local destructor runs:
+//!   dropping the last `Scheduler`, `flush`, dropping a running work and `cancel_sync`
+//!   there must not abort the process (each case runs in a child process).
+//! - after shutdown during a `flush` that took over `Yield` increments, the work is inert.
+//! - a real scheduler's clock is never behind `Instant::now()`, and a deadline is never
+//!   before `Instant::now()` (read before the arm) plus the delay.
+//! - `stats()` never shows more parks than runs.
+//! - a `work()`'s period comes from the same arm as its deadline.
+//! - the `Arc::new_cyclic` idiom survives a run that comes while the object is still being
+//!   constructed: the work stays alive afterwards.
+//!
+//! Race tests repeat many rounds and assert that no round broke the promise; the
+//! environment variable `NICEWORK_PROMISES_SCALE` (a whole number, default 1) multiplies
+//! their rounds, to measure failure rates. Where two threads must race, they are pinned to
+//! two CPUs (if the process may use two), and one side waits for the state the other
+//! creates (a disarm, an arm) rather than for luck. No test asserts a timing: waits are
+//! for states.
+
+use crate::common;
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{eventually, EVENTUALLY};
+use nicework::{Next, Scheduler, Work};
+
+/// A deadline far enough that nothing armed for it runs during a round.
+const FAR: Duration = Duration::from_secs(60);
+
+/// `base` rounds, times `NICEWORK_PROMISES_SCALE`.
+fn rounds(base: usize) -> usize {
+    let scale = std::env::var("NICEWORK_PROMISES_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    base * scale
+}
+
+/// Spins (politely) until `cond` holds or `EVENTUALLY` passes; returns whether it held.
+/// For waits whose other side is a busy thread, where `eventually`'s 1 ms sleeps would
+/// make a round slow.
+fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !cond() {
+        if start.elapsed() > EVENTUALLY {
+            return cond();
+        }
+        spins += 1;
+        if spins % 64 == 0 {
+            thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    true
+}
+
+/// The final verdict of a race test: no round broke the promise.
+fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
+    eprintln!("{promise}: broken in {broke} of {rounds} rounds {detail}");
+    assert_eq!(
+        broke, 0,
+        "{promise}: broken in {broke} of {rounds} rounds {detail}"
+    );
+}
+
+/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`, ...): `S` while it
+/// sleeps, in a wait for a run, say.
+fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Two CPUs this thread may run on, if it may run on two: racing threads pinned to them
+/// run at the same time whenever both are runnable.
+fn two_cpus() -> Option<(usize, usize)> {
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    let mut allowed = (0..libc::CPU_SETSIZE as usize).filter(|&cpu| {
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        unsafe { libc::CPU_ISSET(cpu, &set) }
+    });
+    Some((allowed.next()?, allowed.next()?))
+}
+
+/// Restricts the calling thread to `cpu`.
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. cancel_sync against a concurrent re-arm.
+// ---------------------------------------------------------------------------------------
+
+/// One round: a run in progress, a live timer entry (so `reschedule` is lock-free), one
+/// thread re-arming the work with `reschedule` whenever it finds it not pending, while
+/// another (on another CPU) calls `cancel_sync`. The rescheduler stops once the cancel
+/// sleeps, waiting for the run, and before the run is released; so every reschedule
+/// happened before or during the `cancel_sync`, and the work must not be pending when it
+/// returned. Returns whether it was.
+fn cancel_sync_against_a_rescheduler(sched: &Scheduler) -> bool {
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let work = sched.work(move |_| {
+        let _ = started_tx.send(());
+        let _ = release_rx.recv();
+        Next::Park
+    });
+    // Declared after `work`, so dropped first: a failing assertion releases the run
+    // before the work's drop waits for it.
+    let release_tx = release_tx;
+    assert!(work.schedule(Duration::ZERO));
+    started_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the work never started running");
+    // Armed during its run: this links a timer entry, so the reschedules below are one
+    // CAS each, without the lock.
+    work.reschedule(FAR);
+    assert!(work.is_pending() && work.is_running());
+
+    let stop = AtomicBool::new(false);
+    let canceller_tid = AtomicI32::new(0);
+    let cpus = two_cpus();
+    let pending_after = thread::scope(|s| {
+        let rescheduler = s.spawn(|| {
+            if let Some((cpu, _)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            while !stop.load(SeqCst) {
+                // Re-arm the moment the cancel disarmed it.
+                if !work.is_pending() {
+                    work.reschedule(FAR);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let canceller = s.spawn(|| {
+            if let Some((_, cpu)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            canceller_tid.store(common::gettid(), SeqCst);
+            work.cancel_sync()
+        });
+        // cancel_sync sleeps: it waits for the run, and refuses every re-arm.
+        let waiting = eventually(|| {
+            let tid = canceller_tid.load(SeqCst);
+            tid != 0 && thread_state(tid) == Some('S')
+        });
+        stop.store(true, SeqCst);
+        rescheduler.join().unwrap();
+        // Every reschedule is over; now let the run end, and with it the cancel_sync.
+        release_tx.send(()).unwrap();
+        canceller.join().unwrap();
+        assert!(waiting, "cancel_sync never waited for the run");
+        assert!(!work.is_running());
+        work.is_pending()
+    });
+    work.cancel_sync();
+    pending_after
+}
+
+#[test]
+fn cancel_sync_refuses_a_lock_free_reschedule_racing_it() {
+    let sched = Scheduler::builder().build().unwrap();
+    let total = rounds(300);
+    let broke = (0..total)
+        .filter(|_| cancel_sync_against_a_rescheduler(&sched))
+        .count();
+    assert_no_round_broke(
+        "cancel_sync against a concurrent reschedule",
+        broke,
+        total,
+        "(the work was pending after cancel_sync returned, re-armed by a reschedule \
+         that came after the cancel began and before it returned)",
+    );
+}
+
+/// One round: the callback cancels its own work with `cancel_sync` while another thread
+/// reschedules it in a loop; the callback then stops the rescheduler and waits until its
+/// last reschedule returned before it returns. Each reschedule came before the cancel
+/// (and was disarmed by it) or after it began and before the run ended (and must be
+/// refused), so the work must not be pending after the run. Returns whether it was.
+fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> bool {
+    struct Round {
+        me: OnceLock<Weak<Work>>,
+        started: AtomicBool,
+        reschedules: AtomicUsize,
+        stop: AtomicBool,
+        stopped: AtomicBool,
+    }
+    let round = Arc::new(Round {
+        me: OnceLock::new(),
+        started: AtomicBool::new(false),
+        reschedules: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+        stopped: AtomicBool::new(false),
+    });
+    let work = {
+        let round = round.clone();
+        Arc::new(sched.work(move |_| {
+            round.started.store(true, SeqCst);
+            spin_until(|| round.reschedules.load(SeqCst) >= 50);
+            let me = round.me.get().unwrap().upgrade().unwrap();
+            me.cancel_sync(); // from inside: disarms, refuses re-arms until the run ends
+            round.stop.store(true, SeqCst);
+            spin_until(|| round.stopped.load(SeqCst));
+            Next::Park
+        }))
+    };
+    round.me.set(Arc::downgrade(&work)).unwrap();
+    assert!(work.schedule(Duration::ZERO));
+    thread::scope(|s| {
+        s.spawn(|| {
+            // Not before the run began: a reschedule would move the run 60 s away.
+            spin_until(|| round.started.load(SeqCst));
+            while !round.stop.load(SeqCst) {
+                work.reschedule(FAR);
+                round.reschedules.fetch_add(1, SeqCst);
+            }
+            round.stopped.store(true, SeqCst);
+        });
+        assert!(
+            eventually(|| work.stats().runs == 1 && !work.is_running()),
+            "the run never ended"
+        );
+    });
+    let pending_after = work.is_pending();
+    work.cancel_sync();
+    pending_after
+}
+
+#[test]
+fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
+    let sched = Scheduler::builder().build().unwrap();
+    let total = rounds(300);
+    let broke = (0..total)
+        .filter(|_| cancel_sync_inside_the_callback_against_a_rescheduler(&sched))
+        .count();
+    assert_no_round_broke(
+        "cancel_sync inside the callback against a concurrent reschedule",
+        broke,
+        total,
+        "(the work was pending after the run, re-armed by a reschedule that came after \
+         the in-callback cancel_sync began and before the run ended)",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Late thread-local destructors. Each case runs in a child process: the failure it
+//    guards against is an abort.
+// ---------------------------------------------------------------------------------------
+
+const CHILD_VAR: &str = "NICEWORK_PROMISES_CHILD";
+
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD_VAR).as_deref() == Ok(name)
+}
+
+/// Runs the test `name` again in a child process (this test binary, `--exact name`) with
+/// `NICEWORK_PROMISES_CHILD=name`, and asserts that it exited successfully after its
+/// checks (it prints `CHILD-OK` last).
+fn assert_child_passes(name: &str) {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &common::exact_name(module_path!(), name),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_VAR, name)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && text.contains("CHILD-OK"),
+        "the child process running {name} died or failed: {:?}\n{text}",
+        output.status
+    );
+}
+
+/// Runs its closure when dropped: the closure runs inside a thread-local's destructor.
+struct Late(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for Late {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
+thread_local! {
+    static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
+}
+
+/// Spawns a thread that runs `f` in a thread-local destructor that runs after
+/// nicework's own thread-locals were destroyed: `LATE` is registered first (so it is
+/// destroyed last), then a flush on a manual scheduler creates nicework's frame stack.
+fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        LATE.with(|_| {}); // registered first, destroyed last
+        let manual = Scheduler::manual();
+        let work = manual.work(|_| Next::Park);
+        work.schedule(Duration::ZERO);
+        assert!(work.flush()); // ran on this thread: its frame stack exists now
+        drop(work);
+        drop(manual);
+        LATE.with(|late| *late.borrow_mut() = Some(Late(Some(Box::new(f)))));
+    })
+}
+
+#[test]
+fn dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort() {
+    const NAME: &str =
+        "dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let sched = Scheduler::builder().build().unwrap();
+    let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
+    in_a_late_destructor(move || drop(sched)).join().unwrap();
+    common::assert_inert(&work); // the drop shut the scheduler down
+    println!("CHILD-OK");
+}
+
+#[test]
+fn dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not_abort() {
+    const NAME: &str =
+        "dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not_abort";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let sched = Scheduler::manual();
+    let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
+    in_a_late_destructor(move || drop(sched)).join().unwrap();
+    common::assert_inert(&work);
+    println!("CHILD-OK");
+}
+
+#[test]
+fn flush_in_a_late_thread_local_destructor_runs_the_pending_work() {
+    const NAME: &str = "flush_in_a_late_thread_local_destructor_runs_the_pending_work";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let sched = Scheduler::manual();
+    let runs = Arc::new(AtomicU64::new(0));
+    let counter = runs.clone();
+    let work = sched.work(move |_| {
+        counter.fetch_add(1, SeqCst);
+        Next::Park
+    });
+    assert!(work.schedule(Duration::from_secs(3600)));
+    let flushed = Arc::new(AtomicBool::new(false));
+    let out = flushed.clone();
+    in_a_late_destructor(move || out.store(work.flush(), SeqCst))
+        .join()
+        .unwrap();
+    assert!(flushed.load(SeqCst), "flush returned false");
+    assert_eq!(runs.load(SeqCst), 1, "flush did not run the pending work");
+    drop(sched);
+    println!("CHILD-OK");
+}
+
+/// A real scheduler and a work whose callback runs (on the worker) until released; the
+/// handle, and a flag that its closure was dropped, are given to `end` in a late
+/// destructor, and the run is released once that thread sleeps (waiting for the run).
+/// Returns the scheduler.
+fn end_a_running_work_in_a_late_destructor(
+    end: impl FnOnce(Work, &AtomicBool) + Send + 'static,
+) -> Scheduler {
+    let sched = Scheduler::builder().build().unwrap();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (flag, dropped) = common::drop_flag();
+    let work = sched.work(move |_| {
+        let _keep = &flag;
+        let _ = started_tx.send(());
+        let _ = release_rx.recv();
+        Next::Park
+    });
+    let release_tx = release_tx; // dropped before `work`: a failure releases the run
+    assert!(work.schedule(Duration::ZERO));
+    started_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the work never started running");
+    let tid = Arc::new(AtomicI32::new(0));
+    let late_tid = tid.clone();
+    let late = in_a_late_destructor(move || {
+        late_tid.store(common::gettid(), SeqCst);
+        end(work, &dropped);
+    });
+    // Released once the late destructor sleeps in its wait for the run (or, failing that,
+    // after the liveness bound: the checks still apply).
+    eventually(|| {
+        let tid = tid.load(SeqCst);
+        tid != 0 && thread_state(tid) == Some('S')
+    });
+    release_tx.send(()).unwrap();
+    late.join().unwrap();
+    sched
+}
+
+#[test]
+fn dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run() {
+    const NAME: &str =
+        "dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let freed = Arc::new(Mutex::new(None));
+    let out = freed.clone();
+    let sched = end_a_running_work_in_a_late_destructor(move |work, dropped| {
+        drop(work);
+        *out.lock().unwrap() = Some(dropped.load(SeqCst));
+    });
+    assert_eq!(
+        *freed.lock().unwrap(),
+        Some(true),
+        "the work's closure was not freed when its drop returned"
+    );
+    drop(sched);
+    println!("CHILD-OK");
+}
+
+#[test]
+fn cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run() {
+    const NAME: &str =
+        "cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
+    if !is_child(NAME) {
+        return assert_child_passes(NAME);
+    }
+    let after = Arc::new(Mutex::new(None));
+    let out = after.clone();
+    let sched = end_a_running_work_in_a_late_destructor(move |work, _| {
+        work.cancel_sync();
+        *out.lock().unwrap() = Some((work.is_running(), work.is_pending(), work.stats().runs));
+    });
+    assert_eq!(
+        *after.lock().unwrap(),
+        Some((false, false, 1)),
+        "(running, pending, runs) when cancel_sync returned: it did not wait for the run"
+    );
+    drop(sched);
+    println!("CHILD-OK");
+}
+
+// ---------------------------------------------------------------------------------------
+// 3. Shutdown during a flush that took over `Yield` increments.
+// ---------------------------------------------------------------------------------------
+
+/// One round: a work that yields after ~300 µs of busy work per increment, on a worker;
+/// a flush from another thread during an increment (it waits for that increment, then
+/// takes the next ones over); and the last scheduler handle dropped the moment that
+/// increment ended, before the flusher took the next one. Returns what was wrong with the
+/// work after the flush returned and the scheduler was gone.
+fn shutdown_during_a_yield_takeover() -> Vec<&'static str> {
+    let sched = Scheduler::builder()
+        .workers(1)
+        .back_off(false)
+        .build()
+        .unwrap();
+    let flusher_tid = Arc::new(AtomicI32::new(0));
+    let on_flusher = Arc::new(AtomicBool::new(false));
+    let increments = Arc::new(AtomicU64::new(0));
+    let work = {
+        let (flusher_tid, on_flusher, increments) =
+            (flusher_tid.clone(), on_flusher.clone(), increments.clone());
+        Arc::new(sched.work(move |_| {
+            if common::gettid() == flusher_tid.load(SeqCst) {
+                on_flusher.store(true, SeqCst);
+            }
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_micros(300) {
+                std::hint::spin_loop();
+            }
+            increments.fetch_add(1, SeqCst);
+            Next::Yield
+        }))
+    };
+    assert!(work.schedule(Duration::ZERO));
+    assert!(
+        spin_until(|| increments.load(SeqCst) >= 1),
+        "the worker never ran an increment"
+    );
+    let flusher = {
+        let (work, flusher_tid) = (work.clone(), flusher_tid.clone());
+        thread::spawn(move || {
+            flusher_tid.store(common::gettid(), SeqCst);
+            work.flush()
+        })
+    };
+    // The flusher sleeps in `flush`, waiting for the worker's increment in progress (or,
+    // if it came between two increments, it took the next one over at once).
+    assert!(
+        spin_until(|| {
+            let tid = flusher_tid.load(SeqCst);
+            on_flusher.load(SeqCst) || (tid != 0 && thread_state(tid) == Some('S'))
+        }),
+        "the flush never began"
+    );
+    // The moment that increment ends, the next one is pending for the flusher: shut down.
+    spin_until(|| !work.is_running());
+    drop(sched);
+    flusher.join().unwrap();
+
+    let mut wrong = Vec::new();
+    if work.is_pending() {
+        wrong.push("pending");
+    }
+    if work.flush() {
+        wrong.push("flush() returned true");
+    }
+    if work.cancel() {
+        wrong.push("cancel() returned true");
+    }
+    if work.reschedule(FAR) || work.is_pending() {
+        wrong.push("reschedule armed it");
+    }
+    work.cancel();
+    if work.schedule(FAR) || work.is_pending() {
+        wrong.push("schedule armed it");
+    }
+    work.cancel();
+    wrong
+}
+
+#[test]
+fn shutdown_during_a_flush_that_took_over_yield_increments_leaves_the_work_inert() {
+    let total = rounds(200);
+    let mut seen = std::collections::BTreeMap::new();
+    let mut broke = 0;
+    for _ in 0..total {
+        let wrong = shutdown_during_a_yield_takeover();
+        if !wrong.is_empty() {
+            broke += 1;
+        }
+        for what in wrong {
+            *seen.entry(what).or_insert(0usize) += 1;
+        }
+    }
+    assert_no_round_broke(
+        "a work is inert after shutdown during a Yield takeover",
+        broke,
+        total,
+        &format!("(after the flush returned and the scheduler was gone: {seen:?})"),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. The real clock against `Instant`.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_real_schedulers_now_is_never_behind_instant_now() {
+    // How far behind it can read depends on the scheduler's epoch, read once when it is
+    // built: the reads are spread over several schedulers.
+    let (schedulers, per_scheduler) = (200, rounds(1_000));
+    let (mut behind, mut behind_schedulers) = (0, 0);
+    let mut worst = Duration::ZERO;
+    for _ in 0..schedulers {
+        let sched = Scheduler::builder().build().unwrap();
+        let behind_before = behind;
+        for _ in 0..per_scheduler {
+            let before = Instant::now();
+            let now = sched.now();
+            if now < before {
+                behind += 1;
+                worst = worst.max(before - now);
+            }
+        }
+        behind_schedulers += usize::from(behind > behind_before);
+    }
+    assert_no_round_broke(
+        "Scheduler::now() is never behind an earlier Instant::now()",
+        behind,
+        schedulers * per_scheduler,
+        &format!(
+            "(reads behind, on {behind_schedulers} of {schedulers} schedulers; the worst \
+             by {worst:?})"
+        ),
+    );
+}
+
+#[test]
+fn a_reschedule_deadline_is_never_before_instant_now_plus_the_delay() {
+    // Deadlines are kept in 100 µs units, rounded up, which hides a clock that runs a
+    // little behind except where `now + delay` falls just after a unit boundary. So each
+    // delay is aimed at a few ns around a boundary (learnt from a first deadline), sweeping
+    // -200..=200 ns. The delays stay near 1 s: short enough for the full clock (the coarse
+    // clock serves 3.2 s and up), long enough that the work never runs during the loop.
+    const UNIT: Duration = Duration::from_micros(100);
+    let delay = Duration::from_secs(1);
+    // How far a deadline can fall short depends on the scheduler's epoch, read once when
+    // it is built: the reads are spread over several schedulers.
+    let (schedulers, per_scheduler) = (100, rounds(2_000));
+    let (mut early, mut measured, mut early_schedulers) = (0, 0, 0);
+    let mut worst = Duration::ZERO;
+    for _ in 0..schedulers {
+        let sched = Scheduler::builder().build().unwrap();
+        let work = sched.work(|_| Next::Park);
+        work.reschedule(delay);
+        let boundary = work.deadline().expect("just armed");
+        let early_before = early;
+        for i in 0..per_scheduler {
+            let aim = Instant::now();
+            let units =
+                (aim + delay).saturating_duration_since(boundary).as_nanos() / UNIT.as_nanos() + 1;
+            let target = boundary + UNIT * units as u32;
+            let offset = (i % 401) as i64 - 200;
+            let target = if offset >= 0 {
+                target + Duration::from_nanos(offset as u64)
+            } else {
+                target - Duration::from_nanos(offset.unsigned_abs())
+            };
+            let before = Instant::now();
+            let delay = target - aim;
+            work.reschedule(delay);
+            if let Some(deadline) = work.deadline() {
+                measured += 1;
+                if deadline < before + delay {
+                    early += 1;
+                    worst = worst.max(before + delay - deadline);
+                }
+            }
+        }
+        early_schedulers += usize::from(early > early_before);
+        work.cancel_sync();
+    }
+    assert!(
+        measured > schedulers * per_scheduler / 2,
+        "the work kept running: {measured}"
+    );
+    assert_no_round_broke(
+        "a deadline is never before Instant::now() (read before the arm) + delay",
+        early,
+        measured,
+        &format!(
+            "(deadlines early, on {early_schedulers} of {schedulers} schedulers; the worst \
+             by {worst:?})"
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Statistics.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn stats_never_show_more_parks_than_runs() {
+    let sched = Scheduler::builder().build().unwrap();
+    let work = sched.work(|_| Next::Park);
+    let target_runs = rounds(50_000) as u64;
+    let (mut snapshots, mut bad, mut example) = (0usize, 0usize, None);
+    let started = Instant::now();
+    // One thread re-arms the work whenever it is not pending (it parks on every run, on
+    // the worker) and snapshots its stats in between. Bounded by runs, and by a budget so
+    // that a slow machine still ends in seconds.
+    loop {
+        if !work.is_pending() {
+            work.schedule(Duration::ZERO);
+        }
+        let stats = work.stats();
+        snapshots += 1;
+        if stats.parks > stats.runs {
+            bad += 1;
+            example.get_or_insert((stats.runs, stats.parks));
+        }
+        if stats.runs >= target_runs || started.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+    }
+    work.cancel_sync();
+    assert!(work.stats().runs > 0);
+    assert_no_round_broke(
+        "stats() never shows more parks than runs",
+        bad,
+        snapshots,
+        &format!(
+            "(snapshots; {} runs; first bad (runs, parks): {example:?})",
+            work.stats().runs
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 6. A work()'s period and deadline come from the same arm.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
+    const SHORT: Duration = Duration::from_millis(10);
+    const LONG: Duration = Duration::from_secs(10);
+    let sched = Scheduler::builder().build().unwrap();
+    let work = sched.work(|_| Next::Park);
+    let total = rounds(100_000);
+    // Per round: two threads (on two CPUs) each reschedule once, at the same moment; which
+    // one takes which delay alternates. The long arm comes the moment the short one armed
+    // the work (it was cancelled at the end of the previous round).
+    let go = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let short_done = AtomicUsize::new(0);
+    let arm = |round: usize, short: bool| {
+        if short {
+            work.reschedule(SHORT);
+            short_done.store(round, SeqCst);
+        } else {
+            // (Or once the short arm returned: it may have come due and run meanwhile.)
+            spin_until(|| work.is_pending() || short_done.load(SeqCst) >= round);
+            work.reschedule(LONG);
+        }
+    };
+    let cpus = two_cpus();
+    let (ran, mismatched, skipped, example) = thread::scope(|s| {
+        let helper = s.spawn(|| {
+            if let Some((_, cpu)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            for round in 1.. {
+                if !spin_until(|| go.load(SeqCst) >= round) || go.load(SeqCst) == usize::MAX {
+                    return;
+                }
+                arm(round, round % 2 == 0);
+                done.store(round, SeqCst);
+            }
+        });
+        let driver = s.spawn(|| {
+            if let Some((cpu, _)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            let (mut ran, mut mismatched, mut skipped, mut example) = (0, 0, 0, None);
+            let started = Instant::now();
+            for round in 1..=total {
+                // Bounded by a budget too, so that a slow machine still ends in seconds.
+                if started.elapsed() > Duration::from_secs(4) {
+                    break;
+                }
+                ran = round;
+                let start = Instant::now();
+                go.store(round, SeqCst);
+                arm(round, round % 2 == 1);
+                assert!(spin_until(|| done.load(SeqCst) >= round), "helper stuck");
+                let period = work.period();
+                match work.deadline() {
+                    None => skipped += 1, // the short arm came due and ran: no verdict
+                    Some(deadline) => {
+                        let agrees = if period == LONG {
+                            deadline >= start + LONG
+                        } else {
+                            period == SHORT && deadline < start + LONG / 2
+                        };
+                        if !agrees {
+                            mismatched += 1;
+                            example
+                                .get_or_insert((period, deadline.saturating_duration_since(start)));
+                        }
+                    }
+                }
+                work.cancel();
+            }
+            go.store(usize::MAX, SeqCst);
+            (ran, mismatched, skipped, example)
+        });
+        let verdict = driver.join().unwrap();
+        helper.join().unwrap();
+        verdict
+    });
+    work.cancel_sync();
+    assert_no_round_broke(
+        "period() comes from the same arm as deadline()",
+        mismatched,
+        ran - skipped,
+        &format!(
+            "(rounds with a deadline; {skipped} skipped because the work ran; first \
+             mismatch (period, deadline - start): {example:?})"
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. The `Arc::new_cyclic` idiom with a run during construction.
+// ---------------------------------------------------------------------------------------
+
+/// An object that owns its work and counts the runs that reached it.
+struct Obj {
+    runs: AtomicU64,
+    work: Work,
+}
+
+/// Builds an `Obj` with `Arc::new_cyclic`; `make` creates (and if need be arms) its work
+/// with a 5 ms period that counts runs on the object and returns `Again`. The constructor
+/// is slow: it returns once a run of the work came (and found the object not there yet),
+/// or after 200 ms (40 periods) if none is counted. Then the work must stay alive: the
+/// object sees two runs.
+fn new_cyclic_survives_a_run_during_construction(
+    make: impl FnOnce(&Scheduler, &Weak<Obj>) -> Work,
+) {
+    let sched = Scheduler::builder().build().unwrap();
+    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
+        let work = make(&sched, me);
+        // Setup, not an assertion: a constructor that takes a while.
+        let slow = Instant::now();
+        while work.stats().runs == 0 && slow.elapsed() < Duration::from_millis(200) {
+            thread::sleep(Duration::from_millis(1));
+        }
+        Obj {
+            runs: AtomicU64::new(0),
+            work,
+        }
+    });
+    // The callback always returns `Again`: a work neither pending nor running is dead.
+    let alive = |obj: &Obj| obj.work.is_pending() || obj.work.is_running();
+    eventually(|| obj.runs.load(SeqCst) >= 2 || !alive(&obj));
+    assert!(
+        obj.runs.load(SeqCst) >= 2,
+        "the work died with the run during construction: {} runs reached the object, \
+         {} runs in all, pending {}, running {}",
+        obj.runs.load(SeqCst),
+        obj.work.stats().runs,
+        obj.work.is_pending(),
+        obj.work.is_running()
+    );
+}
+
+const CYCLIC_PERIOD: Duration = Duration::from_millis(5);
+
+fn count_run(obj: &Obj, _: &mut nicework::Ctx<'_>) -> Next {
+    obj.runs.fetch_add(1, SeqCst);
+    Next::Again
+}
+
+#[test]
+fn every_for_in_new_cyclic_survives_a_run_during_construction() {
+    new_cyclic_survives_a_run_during_construction(|sched, me| {
+        sched.every_for(me, CYCLIC_PERIOD, count_run)
+    });
+}
+
+#[test]
+fn timeout_for_in_new_cyclic_survives_a_run_during_construction() {
+    new_cyclic_survives_a_run_during_construction(|sched, me| {
+        sched.timeout_for(me, CYCLIC_PERIOD, count_run)
+    });
+}
+
+#[test]
+fn work_for_scheduled_in_new_cyclic_survives_a_run_during_construction() {
+    new_cyclic_survives_a_run_during_construction(|sched, me| {
+        let work = sched.work_for(me, count_run);
+        assert!(work.schedule(CYCLIC_PERIOD));
+        work
+    });
+}
