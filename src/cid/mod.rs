@@ -78,7 +78,7 @@
 //! holder's writes under the id (its [`PerCid`] slots) visible to a reclaimer that sees
 //! the pin cleared. The light barrier is a compiler fence where membarrier is registered,
 //! and a `SeqCst` fence where it is not; loom builds use `SeqCst` fences on both sides,
-//! and `loom-tests/tests/cid/guarantees.rs` checks the protocol in every interleaving.
+//! and `loom-tests/tests/cid.rs` checks the protocol in every interleaving.
 //!
 //! The fast path tells the barrier mode apart without reading it: the thread-local cache
 //! keys a record by its space's address, with the low bit set where membarrier is not
