@@ -1,5 +1,19 @@
 //! Compacting concurrency ids: [`IdSpace`], the [`Cid`] guard and [`PerCid`].
 //!
+//! The files:
+//!
+//! - `space.rs`: [`IdSpace`], its builder and shared state, `enter()`'s paths (the
+//!   owner's half of the pin protocol below) and the compaction scan (the reclaimer's
+//!   half), ownership under the space's lock, and trims.
+//! - `guard.rs`: the [`Cid`] guard, whose drop ends the owner's half (U) and the orphan
+//!   protocol's last step.
+//! - `thread.rs`: a thread's records (the `pin`, `cid`, `own` and `seen` words and their
+//!   layout), the thread-local lookup, and the thread-exit hook.
+//! - `ids.rs`: the set of owned ids (lowest free first).
+//! - `barrier.rs`: the light and heavy barriers (`membarrier`, or fences).
+//! - `percid.rs`: [`PerCid`], per-id slots; `slots.rs`, their shrinking bucket arrays;
+//!   `reader.rs`, the protocol of `PerCid::for_each` beside the owners.
+//!
 //! The user-space counterpart of Linux rseq `mm_cid`: a runtime indexes per-id data
 //! (counters, caches, arenas) by a small dense id, and the id space shrinks when its
 //! threads go away, so per-id memory follows live concurrency and not every thread that

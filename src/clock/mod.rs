@@ -1,4 +1,5 @@
-//! Time sources.
+//! Time sources: `mod.rs` holds the clock (full and coarse readings, and manual time's
+//! counterpart), `timerfd.rs` the timerfd a worker sleeps on.
 //!
 //! A real scheduler reads `CLOCK_MONOTONIC` and sleeps on a timerfd ([`timerfd`]); a
 //! manual scheduler has a virtual clock that only

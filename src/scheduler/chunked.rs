@@ -69,8 +69,9 @@ enum End {
 const CHUNKS_PER_THREAD: usize = 4;
 
 /// One job, on the caller's stack.
-/// One `run_chunked` call, shared by the caller and its helpers. Tags: `I:` set before any
-/// helper starts, read-only after; `A:` atomic; `M:` its own mutex.
+/// One `run_chunked` call, shared by the caller and its helpers. Each field is tagged with
+/// what guards it (see the [`scheduler`](crate::scheduler) module's legend; here `I:`
+/// means set before any helper starts).
 struct Job<'f, E> {
     /// I: the range and the chunk length.
     start: usize,
@@ -83,9 +84,9 @@ struct Job<'f, E> {
     unclaimed: AtomicU64,
     /// A: set by the first error or panic; every thread checks it before claiming.
     stop: AtomicBool,
-    /// M: the first error.
+    /// T: the first error.
     error: Mutex<Option<E>>,
-    /// M: the first panic's payload.
+    /// T: the first panic's payload.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// I: the caller's closure.
     f: &'f (dyn Fn(Range<usize>) -> Result<(), E> + Sync),

@@ -40,8 +40,8 @@ pub(crate) struct Config {
     pub(super) back_off: bool,
 }
 
-/// Everything the one core lock guards. Tags, as in `kernel/workqueue.c`:
-/// `L:` read and written only under the core lock (every field here is `L:`).
+/// Everything the one core lock guards: every field is `L:` (the guard tags are in the
+/// [`scheduler`](crate::scheduler) module's legend).
 #[derive(Debug)]
 pub(crate) struct Core {
     /// L: the timer entries (see `state` for which are live).
@@ -73,9 +73,8 @@ pub(crate) struct Core {
 }
 
 /// A scheduler's shared state, one per scheduler, reached through `Arc` by its handles,
-/// its works and its workers. Tags: `I:` set at build and read-only after; `L:` guarded
-/// by the core lock; `A:` atomic, with its writers named; `T:` guarded by its own std
-/// mutex, never taken together with the core lock.
+/// its works and its workers. Each field is tagged with what guards it (`I:`, `L:`, `A:`,
+/// `T:`; see the [`scheduler`](crate::scheduler) module's legend).
 pub(crate) struct Shared {
     /// The core lock and what it guards.
     pub(super) core: Mutex<Core>,

@@ -1,5 +1,6 @@
 //! The deadline structure: a hierarchical wheel of slots holding entries, plus the ready
-//! queue of entries that are due.
+//! queue of entries that are due. `mod.rs` holds the structure and its operations,
+//! `wheel.rs` the wheel's geometry (levels, slots, which slot a deadline goes to).
 //!
 //! # Ground rules
 //!

@@ -32,7 +32,8 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.
 #[derive(Debug)]
-/// Tags: `A:` atomic, with its writers named.
+/// Each field is `A:` (see the [`scheduler`](crate::scheduler) module's legend of guard
+/// tags).
 pub(crate) struct Header {
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: StateCell,

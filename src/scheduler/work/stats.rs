@@ -69,7 +69,8 @@ impl WorkStats {
     }
 }
 
-/// A work's statistics. Tags: `A:` atomic, with its writers named. Relaxed loads and
+/// A work's statistics; each field is `A:` (see the [`scheduler`](crate::scheduler)
+/// module's legend of guard tags). Relaxed loads and
 /// stores, no read-modify-write: each field has one writer at a time.
 #[derive(Debug)]
 pub(crate) struct StatsCounters {
