@@ -64,8 +64,8 @@ impl Drop for Cid<'_> {
                 // writes `pin`.
                 let pin = unsafe { &record.as_ref().pin };
                 let left = pin.load(Ordering::Relaxed) - PIN_ONE;
-                // Release: what the holder wrote under this id happens-before a reclaimer
-                // that sees the pin cleared.
+                // (U), release: what the holder wrote under this id happens-before a
+                // reclaimer that sees the pin cleared (the pin protocol in `cid/mod.rs`).
                 pin.store(left, Ordering::Release);
                 if left & PINS == ORPHANED {
                     self.space.release_orphan(record);

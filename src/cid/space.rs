@@ -247,14 +247,17 @@ impl SpaceInner {
         for record in &threads {
             let id = record.cid.load(Ordering::Relaxed);
             if thread::take_idle(record) && id != NO_ID {
-                // Step 1 of the protocol: revoke, then make both sides' stores visible.
+                // (R) of the pin protocol (see the module docs): revoke, then make both
+                // sides' stores visible.
                 record.cid.store(NO_ID, Ordering::Relaxed);
                 revoked.push((record, id));
             }
         }
         if !revoked.is_empty() {
+            // The heavy barrier: with it, P→L and R→C cannot both be reordered.
             barrier::heavy();
             for (record, id) in revoked {
+                // (C): pinned across the barrier, or not.
                 if !thread::pinned(record.pin.load(Ordering::Acquire)) {
                     // Not pinned after the barrier: its next enter() sees NO_ID.
                     state.ids.release(id & !MOVE);
@@ -340,15 +343,17 @@ impl SpaceInner {
         let record = unsafe { pointer.as_ref() };
         let pin = record.pin.load(Ordering::Relaxed);
         if thread::pinned(pin) {
+            // (N): nested.
             return (Some(pointer), enter_nested(record, pin));
         }
-        // One plain store pins the record and counts the enter for the scan.
+        // (P): one plain store pins the record and counts the enter for the scan.
         record
             .pin
             .store(pin.wrapping_add(ENTERED_ONE + PIN_ONE), Ordering::Relaxed);
         // Orders the pin before reading the id; the reclaimer's heavy barrier pays for
         // the store→load order (see the module docs).
         light();
+        // (L)
         let id = record.cid.load(Ordering::Relaxed);
         // `NO_ID` and ids marked to move both take the slow path: one compare with a
         // constant, and no load of `held` (see `publish`).
@@ -424,6 +429,7 @@ fn shrink<T>(list: &mut Vec<T>) {
 #[inline(never)]
 fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
     assert!(pin & PINS <= PINS - PIN_ONE, "too many nested Cid guards");
+    // (N): one more guard.
     record.pin.store(pin + PIN_ONE, Ordering::Relaxed);
     // Not `cid`: a scan may have revoked it for the moment (see `ThreadRec::own`).
     record.own.load(Ordering::Relaxed)
