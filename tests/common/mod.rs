@@ -2,6 +2,7 @@
 //! bounds (generous timeouts) and measurements are counts.
 #![allow(dead_code)]
 
+pub mod child;
 pub mod counted;
 pub mod events;
 pub mod percid;

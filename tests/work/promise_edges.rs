@@ -29,7 +29,6 @@
 
 use crate::common;
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -288,76 +287,10 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
 // or a hang).
 // ---------------------------------------------------------------------------------------
 
-const CHILD_VAR: &str = "NICEWORK_ATTACK_CHILD";
+use common::child::{in_a_late_destructor, is_child};
 
-fn is_child(name: &str) -> bool {
-    std::env::var(CHILD_VAR).as_deref() == Ok(name)
-}
-
-/// Re-runs test `name` in a child process and asserts that it printed `CHILD-OK` and
-/// exited successfully (killed after a liveness bound: a hang fails too).
 fn assert_child_passes(name: &str) {
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &common::exact_name(module_path!(), name),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, name)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let finished = loop {
-        if child.try_wait().unwrap().is_some() {
-            break true;
-        }
-        if start.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            break false;
-        }
-        thread::sleep(Duration::from_millis(2));
-    };
-    let output = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(
-        finished && output.status.success() && text.contains("CHILD-OK"),
-        "the child running {name} hung, died or failed ({:?}):\n{text}",
-        output.status
-    );
-}
-
-/// Runs its closure when dropped, inside a thread-local's destructor.
-struct Late(Option<Box<dyn FnOnce() + Send>>);
-
-impl Drop for Late {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            f();
-        }
-    }
-}
-
-thread_local! {
-    static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
-}
-
-/// A thread that runs `f` in a thread-local destructor registered before nicework ran
-/// anything on it (so destroyed after whatever nicework registered).
-fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        LATE.with(|_| {});
-        let manual = Scheduler::manual();
-        let work = manual.work(|_| Next::Park);
-        work.schedule(Duration::ZERO);
-        assert!(work.flush());
-        drop(work);
-        drop(manual);
-        LATE.with(|late| *late.borrow_mut() = Some(Late(Some(Box::new(f)))));
-    })
+    common::child::assert_child_passes(module_path!(), name);
 }
 
 #[test]

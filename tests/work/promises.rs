@@ -23,7 +23,6 @@
 
 use crate::common;
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::thread;
@@ -271,64 +270,10 @@ fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
 //    guards against is an abort.
 // ---------------------------------------------------------------------------------------
 
-const CHILD_VAR: &str = "NICEWORK_PROMISES_CHILD";
+use common::child::{in_a_late_destructor, is_child};
 
-fn is_child(name: &str) -> bool {
-    std::env::var(CHILD_VAR).as_deref() == Ok(name)
-}
-
-/// Runs the test `name` again in a child process (this test binary, `--exact name`) with
-/// `NICEWORK_PROMISES_CHILD=name`, and asserts that it exited successfully after its
-/// checks (it prints `CHILD-OK` last).
 fn assert_child_passes(name: &str) {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &common::exact_name(module_path!(), name),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, name)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && text.contains("CHILD-OK"),
-        "the child process running {name} died or failed: {:?}\n{text}",
-        output.status
-    );
-}
-
-/// Runs its closure when dropped: the closure runs inside a thread-local's destructor.
-struct Late(Option<Box<dyn FnOnce() + Send>>);
-
-impl Drop for Late {
-    fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
-            f();
-        }
-    }
-}
-
-thread_local! {
-    static LATE: RefCell<Option<Late>> = const { RefCell::new(None) };
-}
-
-/// Spawns a thread that runs `f` in a thread-local destructor that runs after
-/// nicework's own thread-locals were destroyed: `LATE` is registered first (so it is
-/// destroyed last), then a flush on a manual scheduler creates nicework's frame stack.
-fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
-    thread::spawn(move || {
-        LATE.with(|_| {}); // registered first, destroyed last
-        let manual = Scheduler::manual();
-        let work = manual.work(|_| Next::Park);
-        work.schedule(Duration::ZERO);
-        assert!(work.flush()); // ran on this thread: its frame stack exists now
-        drop(work);
-        drop(manual);
-        LATE.with(|late| *late.borrow_mut() = Some(Late(Some(Box::new(f)))));
-    })
+    common::child::assert_child_passes(module_path!(), name);
 }
 
 #[test]
