@@ -1,17 +1,26 @@
-//! `PerCid`: the reader beside owners and trims, trims left to readers, the reclaim queue, callbacks that misbehave, and thread exits.
+//! `PerCid`: the reader beside owners and trims, trims left to readers, the reclaim queue,
+//! callbacks that misbehave, and thread exits.
 //!
-//! One test binary, a module per behaviour:
-//! - `deferred_trims`
-//! - `exit_hook`
-//! - `gate_cycles`
-//! - `hostile_callbacks`
-//! - `queue_reentrancy`
-//! - `queue_starvation`
-//! - `queue_visits`
-//! - `reader`
-//! - `reclaim_mix`
-//! - `sum_beside_a_trim`
-//! - `sum_during_a_drain`
+//! One test binary, a module per behaviour.
+//! - `deferred_trims`: Trims left to a reader, the reclaim queue, and the reader's U /
+//!   re-flag step.
+//! - `exit_hook`: User code that nicework runs inside its own thread-exit hook and inside
+//!   the compaction scan (trims once the scheduler is gone;
+//! - `gate_cycles`: No hidden waits on a `PerCid`'s reader gate.
+//! - `hostile_callbacks`: Attacks on `PerCid::for_each`, `with_reclaim`, trims that free
+//!   slot arrays, the reader/trim gate, trims at thread exit once the scheduler is gone,
+//!   `MIN_SCAN_PERIOD` and `IdSpace::enter()`'s fast path, against every id guarantee.
+//! - `queue_reentrancy`: The reclaim queue visited one value at a time, with nested
+//!   readers inside `on_reclaim`, self-replacing callbacks, panics, and two readers.
+//! - `queue_starvation`: A reader in a loop beside a drainer.
+//! - `queue_visits`: The reclaim queue that readers visit.
+//! - `reader`: `PerCid::for_each` beside owners and trims.
+//! - `reclaim_mix`: Exactly-once and no double count with readers that panic while
+//!   visiting queued values, two readers, the scheduler dropped mid-way and the PerCid
+//!   dropped while values are queued.
+//! - `sum_beside_a_trim`: `for_each`'s promise.
+//! - `sum_during_a_drain`: Values a drainer took out of the reclaim queue but has not
+//!   passed on yet.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,8 +1,10 @@
-//! Priorities: lending a flusher's priority to the worker it waits for, and what an unprivileged process may not do (both re-run as another user where they can). Alone in a binary: these tests change the process's `RLIMIT_NICE`.
+//! Priorities: lending a flusher's priority to the worker it waits for, and what an
+//! unprivileged process may not do (both re-run as another user where they can). Alone in a
+//! binary: these tests change the process's `RLIMIT_NICE`.
 //!
-//! One test binary, a module per behaviour:
-//! - `lending`
-//! - `privilege`
+//! One test binary, a module per behaviour.
+//! - `lending`: Lending priority.
+//! - `privilege`: Priorities and privilege.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,11 +1,16 @@
-//! Waits between works: wait cycles (direct, mixed, across schedulers) and `run_chunked`, whose helpers wait on behalf of the caller.
+//! Waits between works: wait cycles (direct, mixed, across schedulers) and `run_chunked`,
+//! whose helpers wait on behalf of the caller.
 //!
-//! One test binary, a module per behaviour:
-//! - `chunked`
-//! - `chunked_cycles`
-//! - `chunked_helper_cycles`
-//! - `cycles`
-//! - `mixed_cycles`
+//! One test binary, a module per behaviour.
+//! - `chunked`: `Scheduler::run_chunked`.
+//! - `chunked_cycles`: `run_chunked` never returns while a helper still runs the closure
+//!   that borrows the caller's stack, also when a helper's chunk waits for the caller's
+//!   own work.
+//! - `chunked_helper_cycles`: A wait cycle that passes through one of several
+//!   `run_chunked` helpers is found.
+//! - `cycles`: Wait cycles.
+//! - `mixed_cycles`: Wait cycles that mix `flush`, `cancel_sync` and drop, pass through a
+//!   nested run or span three schedulers, are broken;
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,26 +1,37 @@
-//! Works: the workqueue semantics on the manual clock and on real workers, arming (lock-free and locked), detach, cancelling and its refusals, containment, bad input and faults, the promises that legal code once broke, and the idle-cost count.
+//! Works: the workqueue semantics on the manual clock and on real workers, arming (lock-
+//! free and locked), detach, cancelling and its refusals, containment, bad input and
+//! faults, the promises that legal code once broke, and the idle-cost count.
 //!
-//! One test binary, a module per behaviour:
-//! - `arming`
-//! - `arming_races`
-//! - `bad_input`
-//! - `cancel_refusal`
-//! - `containment`
-//! - `containment_levels`
-//! - `detach`
-//! - `faults`
-//! - `flush_scope`
-//! - `idle_objects`
-//! - `lock_free_arming`
-//! - `manual`
-//! - `manual_ticks`
-//! - `promise_edges`
-//! - `promises`
-//! - `reference_model`
-//! - `scheduler_drop_in_callback`
-//! - `stale_entries`
-//! - `stress`
-//! - `threaded`
+//! One test binary, a module per behaviour.
+//! - `arming`: The arming API a connection pool needs.
+//! - `arming_races`: `schedule_within`, `deadline`, `Next::At` and touches during runs
+//!   (which never override the callback's decision) under random and racing use.
+//! - `bad_input`: Bad input and calls in the wrong place.
+//! - `cancel_refusal`: `disable`/`enable` nest only with each other.
+//! - `containment`: Containment is total.
+//! - `containment_levels`: Containment and cancel refusal under harder attacks.
+//! - `detach`: `Work::detach` under races.
+//! - `faults`: Faults.
+//! - `flush_scope`: What a `flush` waits for.
+//! - `idle_objects`: The kernel's per-mm delayed work made 20,000 invocations in 30 s for
+//!   idle processes.
+//! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
+//!   and touching.
+//! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
+//!   manual scheduler, where time is virtual and every interleaving is chosen by the test.
+//! - `manual_ticks`: The manual clock at sub-slack resolution.
+//! - `promise_edges`: The edges of the promises, written as legal safe code against them.
+//! - `promises`: Promises that legal code once broke, one test (or a few) each.
+//! - `reference_model`: Manual scheduler against a reference model.
+//! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
+//!   callback does not join its workers, so a worker whose callback waits for the dropping
+//!   callback cannot deadlock it.
+//! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
+//!   dropped work's entry stays until its tick), so these tests pin the bound.
+//! - `stress`: Several threads do random schedule / reschedule / touch / cancel /
+//!   cancel_sync / drop / flush / disable on shared works for a bounded time, against a
+//!   two-worker scheduler.
+//! - `threaded`: The work semantics on real schedulers.
 
 #[path = "../common/mod.rs"]
 mod common;
