@@ -1,5 +1,5 @@
-//! Works: the workqueue semantics on the manual clock and on real workers, arming (lock-
-//! free and locked), detach, cancelling and its refusals, containment, bad input and
+//! Works: the workqueue semantics on the manual clock and on real workers, arming
+//! (lock-free and locked), detach, cancelling and its refusals, containment, bad input and
 //! faults, the promises that legal code once broke, and the idle-cost count.
 //!
 //! One test binary, a module per behaviour.
