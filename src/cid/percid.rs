@@ -37,10 +37,10 @@
 use std::sync::Arc;
 
 use super::barrier;
+use super::pin;
 use super::reader::{thread_tag, Gate, IDLE};
 use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
-use super::thread;
 use super::IdSpace;
 use crate::contain::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
@@ -486,7 +486,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// Panics if the calling thread is inside `with` on this `PerCid`: a reader would
     /// wait for its own borrow.
     fn refuse_inside_own_with(&self) {
-        let Some(id) = thread::pinned_id(&self.space) else {
+        let Some(id) = pin::pinned_id(&self.space) else {
             return;
         };
         // SAFETY: the thread pins `id`, so its bucket stays linked during this call.

@@ -1,13 +1,11 @@
 //! [`IdSpace`]: the space of ids, its builder, entering it, and its compaction scan.
 
-use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
-use super::guard::Cid;
 use super::ids::IdSet;
-use super::thread::{self, ThreadRec, ENTERED_ONE, MOVE, NO_ID, PINS, PIN_ONE};
+use super::pin::{Cid, ThreadRec, MOVE, NO_ID};
 use crate::contain::contain;
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::{Next, Scheduler, Work};
@@ -28,8 +26,8 @@ pub(crate) trait Trim: Send + Sync {
 }
 
 pub(crate) struct SpaceState {
-    ids: IdSet,
-    threads: Vec<Arc<ThreadRec>>,
+    pub(super) ids: IdSet,
+    pub(super) threads: Vec<Arc<ThreadRec>>,
     trims: Vec<Weak<dyn Trim>>,
 }
 
@@ -39,7 +37,7 @@ pub(crate) struct SpaceInner {
     /// I: the space's number in the threads' registries.
     pub(crate) serial: u64,
     /// L: the owned-id bitmap, the thread records and the per-id storages to trim.
-    state: Mutex<SpaceState>,
+    pub(super) state: Mutex<SpaceState>,
     /// A: mirrors of `state` for lock-free readers, written under the lock (`publish`).
     held: AtomicUsize,
     /// A: as `held`.
@@ -81,13 +79,13 @@ impl SpaceInner {
     /// compacted: the compaction work lived on the parent's scheduler), and nothing is
     /// released. Slots of ids the parent's vanished threads held are never handed out.
     #[inline]
-    fn in_forked_child(&self) -> bool {
+    pub(super) fn in_forked_child(&self) -> bool {
         crate::fork::is_forked_since(self.fork_generation)
     }
 
     /// A fresh id in a forked child (see `in_forked_child`).
     #[cold]
-    fn child_id(&self) -> usize {
+    pub(super) fn child_id(&self) -> usize {
         let above = self.high_water.load(Ordering::Relaxed);
         above
             + self
@@ -103,7 +101,7 @@ impl SpaceInner {
     /// frees one id and takes one, so `held` stays). Until the next shrink, every
     /// unmarked `cid` is below `held`: `acquire` keeps an id only below it and takes the
     /// lowest free one (below the new count), and `held` does not shrink unmarked.
-    fn publish(&self, state: &SpaceState) {
+    pub(super) fn publish(&self, state: &SpaceState) {
         let held = state.ids.owned();
         // Written only under the lock, so this reads the last value published.
         if held < self.held.load(Ordering::Relaxed) {
@@ -201,7 +199,7 @@ impl SpaceInner {
     /// to `cid` (see `ThreadRec::own`).
     #[cold]
     #[inline(never)]
-    fn acquire(&self, record: &ThreadRec) -> usize {
+    pub(super) fn acquire(&self, record: &ThreadRec) -> usize {
         if self.in_forked_child() {
             // Nothing moves here; a mark from before the fork only needs stripping (no
             // other thread writes `cid` in the child: the lock is never taken).
@@ -242,33 +240,7 @@ impl SpaceInner {
     /// previous scan, then trims per-id storage above the new high water.
     fn scan(&self) -> Next {
         let mut state = lock(&self.state);
-        let mut revoked: Vec<(&ThreadRec, usize)> = Vec::new();
-        let threads = std::mem::take(&mut state.threads);
-        for record in &threads {
-            let id = record.cid.load(Ordering::Relaxed);
-            if thread::take_idle(record) && id != NO_ID {
-                // (R) of the pin protocol (see the module docs): revoke, then make both
-                // sides' stores visible.
-                record.cid.store(NO_ID, Ordering::Relaxed);
-                revoked.push((record, id));
-            }
-        }
-        if !revoked.is_empty() {
-            // The heavy barrier: with it, P→L and R→C cannot both be reordered.
-            barrier::heavy();
-            for (record, id) in revoked {
-                // (C): pinned across the barrier, or not.
-                if !thread::pinned(record.pin.load(Ordering::Acquire)) {
-                    // Not pinned after the barrier: its next enter() sees NO_ID.
-                    state.ids.release(id & !MOVE);
-                } else {
-                    // Pinned across the barrier: it may be using `id`; give it back
-                    // (with its `MOVE` mark, if it had one).
-                    record.cid.store(id, Ordering::Relaxed);
-                }
-            }
-        }
-        state.threads = threads;
+        self.revoke_idle(&mut state);
         shrink(&mut state.threads);
         state.ids.shrink();
         self.publish(&state);
@@ -300,116 +272,6 @@ impl SpaceInner {
     pub(crate) fn high_water(&self) -> usize {
         self.high_water.load(Ordering::Relaxed)
     }
-
-    /// Pins the calling thread's id. The fast path: the thread's cached record, where the
-    /// light barrier is a compiler fence (see `thread::cached_fast`).
-    #[inline]
-    pub(crate) fn enter(self: &Arc<Self>) -> Cid<'_> {
-        // The parts, not a `Cid`, come back from the cold path: two words return in
-        // registers, so the fast path builds the guard in registers too.
-        let (record, id) = match thread::cached_fast(self) {
-            Some(pointer) => self.enter_on(pointer, barrier::light_asymmetric),
-            None => self.enter_looked_up(),
-        };
-        Cid::new(self, record, id)
-    }
-
-    /// `enter()` off the fast path: the record is not the cached one, or the light
-    /// barrier must read the barrier mode (a fence where membarrier is not registered).
-    #[cold]
-    #[inline(never)]
-    fn enter_looked_up(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
-        match thread::record(self) {
-            Some(pointer) => self.enter_on(pointer, barrier::light),
-            None => self.enter_transient(),
-        }
-    }
-
-    /// Pins the id of `pointer`, the calling thread's record; `light` is the light barrier.
-    /// Returns the guard's record and id.
-    #[inline(always)]
-    fn enter_on(
-        &self,
-        pointer: NonNull<ThreadRec>,
-        light: fn(),
-    ) -> (Option<NonNull<ThreadRec>>, usize) {
-        // SAFETY: `pointer` is the calling thread's own record for this space
-        // (`cached_fast` and `record` return no other: see `thread::key`), and only this
-        // thread frees it: its exit hook if no guard pins it (then neither finds it: the
-        // registry is gone and the cache cleared), else the drop of its last guard (which
-        // takes it out of the orphan list `record` searches), or the registry's pruning
-        // once this space is gone (it is alive here). None of these runs during this call,
-        // which calls no user code.
-        let record = unsafe { pointer.as_ref() };
-        let pin = record.pin.load(Ordering::Relaxed);
-        if thread::pinned(pin) {
-            // (N): nested.
-            return (Some(pointer), enter_nested(record, pin));
-        }
-        // (P): one plain store pins the record and counts the enter for the scan.
-        record
-            .pin
-            .store(pin.wrapping_add(ENTERED_ONE + PIN_ONE), Ordering::Relaxed);
-        // Orders the pin before reading the id; the reclaimer's heavy barrier pays for
-        // the store→load order (see the module docs).
-        light();
-        // (L)
-        let id = record.cid.load(Ordering::Relaxed);
-        // `NO_ID` and ids marked to move both take the slow path: one compare with a
-        // constant, and no load of `held` (see `publish`).
-        let id = if id < MOVE {
-            debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
-            id
-        } else {
-            self.acquire(record)
-        };
-        (Some(pointer), id)
-    }
-
-    /// The drop of an orphaned record's last guard (see `Registry::drop`): the id is free
-    /// and the record is freed.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn release_orphan(&self, record: NonNull<ThreadRec>) {
-        if let Some(record) = thread::take_orphan(record) {
-            self.release_thread(&record);
-        }
-    }
-
-    /// The drop of a guard with an id just for itself (see `enter_transient`).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn release_transient(&self, id: usize) {
-        if self.in_forked_child() {
-            // Ids are not reused in a forked child (see `in_forked_child`).
-            return;
-        }
-        let mut state = lock(&self.state);
-        state.ids.release(id);
-        self.publish(&state);
-    }
-
-    /// A guard for a thread whose locals are being torn down and that holds no record for
-    /// this space: a late orphan record (see `thread::late_orphan`), so that nested
-    /// `enter()`s return the same id; failing that, an id just for this guard.
-    #[cold]
-    #[inline(never)]
-    fn enter_transient(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
-        if self.in_forked_child() {
-            return (None, self.child_id());
-        }
-        if let Some(pointer) = thread::late_orphan(self) {
-            // SAFETY: the record was just made and is owned by this thread's orphan list,
-            // which only the drop of its last guard (the one returned here) empties.
-            let record = unsafe { pointer.as_ref() };
-            let id = self.acquire(record);
-            return (Some(pointer), id);
-        }
-        let mut state = lock(&self.state);
-        let id = state.ids.take_lowest();
-        self.publish(&state);
-        (None, id)
-    }
 }
 
 /// Gives back a list's spare capacity once it is mostly unused, so the space's memory
@@ -420,19 +282,6 @@ fn shrink<T>(list: &mut Vec<T>) {
     if list.capacity() >= 4 * floor {
         list.shrink_to(floor);
     }
-}
-
-/// A nested `enter()` on `record`, whose `pin` reads `pin` (pinned): one more guard, and
-/// the outer guard's id. Out of line (and cold only to keep it out of the way): the
-/// first-level enter, the one that must be fast, then falls through without a taken branch.
-#[cold]
-#[inline(never)]
-fn enter_nested(record: &ThreadRec, pin: usize) -> usize {
-    assert!(pin & PINS <= PINS - PIN_ONE, "too many nested Cid guards");
-    // (N): one more guard.
-    record.pin.store(pin + PIN_ONE, Ordering::Relaxed);
-    // Not `cid`: a scan may have revoked it for the moment (see `ThreadRec::own`).
-    record.own.load(Ordering::Relaxed)
 }
 
 /// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
