@@ -26,7 +26,7 @@
 //!    free id at its next `enter()` (the 6.19 kernel moves at schedule-in); a thread that
 //!    did not enter since the previous scan loses its id to the space's compaction work;
 //!    a thread that exits releases its id at once (before `join()` returns), or, if a
-//!    guard of it outlives nicework's exit hook (guarantee 8), when that guard drops.
+//!    guard of it outlives nicework's exit hook (see below), when that guard drops.
 //! 4. After the threads using a space shrink from N to M, every id handed out is below M
 //!    by the survivors' next `enter()`, and within two scan periods at most.
 //! 5. The compaction work is an ordinary [`Work`](crate::Work); it parks while no id is

@@ -60,7 +60,7 @@
 //!
 //! ## Moving down
 //!
-//! Guarantee 3 moves a thread whose id is not below `held` at its next `enter()`. The
+//! Compaction moves a thread whose id is not below `held` at its next `enter()`. The
 //! fast path does not read `held`: whoever makes it shrink (a thread's exit or orphan
 //! release, a scan that frees ids, a transient id's release; all under the lock, in
 //! `publish`) sets the `MOVE` bit (the top bit, which no id reaches) in the `cid` of every

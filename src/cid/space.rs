@@ -95,7 +95,7 @@ impl SpaceInner {
 
     /// Mirrors `state` for lock-free readers, under the lock. If `held` shrinks, every
     /// thread whose id is now not below it gets `MOVE` in its `cid`, so that its next
-    /// `enter()` takes the slow path and moves down (guarantee 3) without the fast path
+    /// `enter()` takes the slow path and moves down (compaction) without the fast path
     /// reading `held`. That is O(threads) under the lock, paid only when `held` shrinks:
     /// a thread's exit, a scan that frees ids, a transient id's release (moving down
     /// frees one id and takes one, so `held` stays). Until the next shrink, every

@@ -92,21 +92,16 @@ impl Shared {
                 new.set(STOPPED);
                 match &waiting {
                     // "disable, flush, enable", as the kernel's cancel_delayed_work_sync,
-                    // with a refusal of its own that `enable()` cannot lift.
+                    // with a refusal of its own that `enable()` cannot lift. A dropped
+                    // handle's work is orphaned once the wait is over.
                     Some(Ok(_)) => new.set(CANCEL_WAITING),
                     // Waiting would wait for ourselves: the run's own re-arm is refused
                     // instead, and a dropped handle leaves the closure to the runner.
-                    Some(Err(_)) => {
-                        new.set(REARM_REFUSED);
-                        if released {
-                            new.set(ORPHANED);
-                        }
-                    }
-                    None => {
-                        if released {
-                            new.set(ORPHANED);
-                        }
-                    }
+                    Some(Err(_)) => new.set(REARM_REFUSED),
+                    None => {}
+                }
+                if released && !matches!(waiting, Some(Ok(_))) {
+                    new.set(ORPHANED);
                 }
                 Some(new)
             })
