@@ -18,10 +18,18 @@ pub fn is_child(name: &str) -> bool {
     std::env::var(CHILD_VAR).as_deref() == Ok(name)
 }
 
+/// How a child process running one test ended.
+pub struct ChildRun {
+    /// It exited by itself within 30 s (else it was killed as hung).
+    pub finished: bool,
+    pub status: std::process::ExitStatus,
+    /// Its standard output, then its standard error.
+    pub text: String,
+}
+
 /// Runs test `name` of the module at `module_path` (pass `module_path!()`) again in a
-/// child process and asserts that it exited successfully within 30 s after printing
-/// `CHILD-OK`; a child that hangs is killed and fails the test.
-pub fn assert_child_passes(module_path: &str, name: &str) {
+/// child process with `CHILD_VAR` naming it; a child still running after 30 s is killed.
+pub fn run(module_path: &str, name: &str) -> ChildRun {
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -48,10 +56,22 @@ pub fn assert_child_passes(module_path: &str, name: &str) {
     let output = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
+    ChildRun {
+        finished,
+        status: output.status,
+        text,
+    }
+}
+
+/// [`run`]s test `name` in a child process and asserts that it exited successfully
+/// within 30 s after printing `CHILD-OK`.
+pub fn assert_child_passes(module_path: &str, name: &str) {
+    let child = run(module_path, name);
     assert!(
-        finished && output.status.success() && text.contains("CHILD-OK"),
-        "the child running {name} hung, died or failed ({:?}):\n{text}",
-        output.status
+        child.finished && child.status.success() && child.text.contains("CHILD-OK"),
+        "the child running {name} hung, died or failed ({:?}):\n{}",
+        child.status,
+        child.text
     );
 }
 

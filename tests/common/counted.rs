@@ -7,13 +7,37 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Serialises the tests that read [`ALIVE`] and [`CREATED`] (a poisoned lock, from a
-/// failed test, still serialises).
-pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+/// One test's use of the process-wide counts: while it lives no other such test runs,
+/// and [`created`](Self::created) counts only the values made since it began.
+pub struct Counting {
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+    created_before: usize,
+}
+
+impl Counting {
+    /// Values made since this test began.
+    pub fn created(&self) -> usize {
+        CREATED.load(Ordering::SeqCst) - self.created_before
+    }
+}
+
+/// Begins a test that reads [`ALIVE`] and [`CREATED`]: waits for any other such test to
+/// end (a poisoned lock, from a failed test, still serialises), and checks that no value
+/// of an earlier test is alive.
+pub fn exclusive() -> Counting {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE_AT_A_TIME
+    let guard = ONE_AT_A_TIME
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    assert_eq!(
+        ALIVE.load(Ordering::SeqCst),
+        0,
+        "an earlier test left values alive"
+    );
+    Counting {
+        _one_at_a_time: guard,
+        created_before: CREATED.load(Ordering::SeqCst),
+    }
 }
 
 /// Values alive now.

@@ -227,3 +227,33 @@ pub fn exact_name(module_path: &str, test: &str) -> String {
         None => test.to_owned(),
     }
 }
+
+/// Spins (politely: a yield every 64 polls) until `cond` holds or `bound` passes; returns
+/// whether it held. For waits whose other side is a busy thread, where [`eventually`]'s
+/// 1 ms sleeps would make a round of a race test slow.
+pub fn spin_until(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while !cond() {
+        if start.elapsed() > bound {
+            return cond();
+        }
+        spins += 1;
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    true
+}
+
+/// The verdict of a race test: no round broke `promise` (the count is printed either
+/// way, for measuring rates).
+pub fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
+    eprintln!("{promise}: broken in {broke} of {rounds} rounds {detail}");
+    assert_eq!(
+        broke, 0,
+        "{promise}: broken in {broke} of {rounds} rounds {detail}"
+    );
+}

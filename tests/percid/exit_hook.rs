@@ -92,27 +92,19 @@ impl Drop for Bomb {
     }
 }
 
-/// Runs the test `name` again in a child process with `NICEWORK_TEST_CHILD` set, and returns
-/// its exit status and output.
+/// Runs the test `name` again in a child process (see `common::child`), and returns its
+/// exit status and output; a child that hangs fails the test.
 fn in_child(name: &str) -> (std::process::ExitStatus, String) {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            &common::exact_name(module_path!(), name),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("NICEWORK_TEST_CHILD", name)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status, text)
+    let child = common::child::run(module_path!(), name);
+    assert!(
+        child.finished,
+        "the child running {name} hung:\n{}",
+        child.text
+    );
+    (child.status, child.text)
 }
 
-fn is_child(name: &str) -> bool {
-    std::env::var("NICEWORK_TEST_CHILD").as_deref() == Ok(name)
-}
+use common::child::is_child;
 
 static P_SWAP: OnceLock<&'static PerCid<u64>> = OnceLock::new();
 

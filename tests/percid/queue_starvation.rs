@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{env, spin, Counted, ALIVE, CREATED};
+use common::counted::{env, spin, Counted, ALIVE};
 
 /// Threads come and go (each makes a fresh value above the high water once it exits) beside
 /// one reader in a loop whose callback costs a few microseconds. The scan's trim is left
@@ -17,15 +17,8 @@ use common::counted::{env, spin, Counted, ALIVE, CREATED};
 /// reader has taken it out to visit it: the longer the queue, the longer it is out.
 #[test]
 fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
-    // The value counts are process-wide: one such test at a time.
-    let _one_at_a_time = common::counted::exclusive();
-    // Counted from here: an earlier test of this binary made values too.
-    let created_before = CREATED.load(Ordering::SeqCst);
-    assert_eq!(
-        ALIVE.load(Ordering::SeqCst),
-        0,
-        "an earlier test left values alive"
-    );
+    // The value counts are process-wide: one such test at a time, counted from here.
+    let counting = common::counted::exclusive();
     let cost = Duration::from_micros(env("PERCID_QUEUE_COST_US", 50));
     let secs = env("PERCID_QUEUE_SECS", 3);
     let sched = Scheduler::new().unwrap();
@@ -85,7 +78,7 @@ fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
             next_sample += Duration::from_secs(1);
             samples.push((
                 ALIVE.load(Ordering::SeqCst),
-                (CREATED.load(Ordering::SeqCst) - created_before),
+                counting.created(),
                 reclaims.load(Ordering::SeqCst),
             ));
         }
@@ -96,15 +89,13 @@ fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
     stop.store(true, Ordering::SeqCst);
     reader.join().unwrap();
     // Quiescence: the next scans drain the queue.
-    let ok = common::eventually(|| {
-        reclaims.load(Ordering::SeqCst) == (CREATED.load(Ordering::SeqCst) - created_before)
-    });
+    let ok = common::eventually(|| reclaims.load(Ordering::SeqCst) == counting.created());
     let mut sum = folded.load(Ordering::SeqCst);
     counters.for_each(|c| sum += c.n.load(Ordering::SeqCst));
     eprintln!(
         "at the end with the reader: alive={alive_with_reader} reclaimed={reclaimed_with_reader} \
          created={}; after it stopped: reclaimed={} sum={sum} increments={increments}",
-        (CREATED.load(Ordering::SeqCst) - created_before),
+        counting.created(),
         reclaims.load(Ordering::SeqCst)
     );
     assert!(ok);

@@ -9,22 +9,15 @@ use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{spin, Counted, ALIVE, CREATED};
+use common::counted::{spin, Counted, ALIVE};
 
 /// A reader in a loop whose callback costs a few microseconds per value. The compaction
 /// work's trim finds the gate held (deferred) and the queue empty (the reader took it out
 /// to visit it), so it passes nothing on; the queue only grows.
 #[test]
 fn a_reader_visiting_the_queue_does_not_starve_the_drainer() {
-    // The value counts are process-wide: one such test at a time.
-    let _one_at_a_time = common::counted::exclusive();
-    // Counted from here: an earlier test of this binary made values too.
-    let created_before = CREATED.load(Ordering::SeqCst);
-    assert_eq!(
-        ALIVE.load(Ordering::SeqCst),
-        0,
-        "an earlier test left values alive"
-    );
+    // The value counts are process-wide: one such test at a time, counted from here.
+    let counting = common::counted::exclusive();
     let sched = Scheduler::new().unwrap();
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
@@ -83,7 +76,7 @@ fn a_reader_visiting_the_queue_does_not_starve_the_drainer() {
     let live = counters.live();
     stop.store(true, Ordering::SeqCst);
     reader.join().unwrap();
-    let created = CREATED.load(Ordering::SeqCst) - created_before;
+    let created = counting.created();
     eprintln!(
         "created={created} live()={live} alive instances={alive} reclaims={recl} max visited per pass={}",
         max_visited.load(Ordering::SeqCst)
@@ -97,7 +90,7 @@ fn a_reader_visiting_the_queue_does_not_starve_the_drainer() {
     );
     // Quiescence: the reader stopped; the queue drains at the next scan.
     assert!(common::eventually(
-        || reclaims.load(Ordering::SeqCst) == (CREATED.load(Ordering::SeqCst) - created_before)
+        || reclaims.load(Ordering::SeqCst) == counting.created()
     ));
     let mut sum = folded.load(Ordering::SeqCst);
     counters.for_each(|c| sum += c.n.load(Ordering::SeqCst));

@@ -36,6 +36,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::assert_no_round_broke;
 use common::{drop_flag, Rng};
 use nicework::{Next, Scheduler, Work};
 
@@ -45,39 +46,11 @@ const BOUND: Duration = Duration::from_secs(10);
 /// A deadline far enough that nothing armed for it runs during a test.
 const FAR: Duration = Duration::from_secs(60);
 
-/// Spins (yielding) until `cond` holds or `bound` passes; returns whether it held.
-fn spin_for(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while !cond() {
-        if start.elapsed() > bound {
-            return cond();
-        }
-        thread::yield_now();
-    }
-    true
-}
-
-/// Busy for `d` (a callback that takes a while without sleeping).
-fn busy(d: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
-
 /// Flushes of `sched`'s works that waited for a run in progress (they are counted under
 /// the core lock just before the wait, after the wait-for edge was registered).
 fn flush_waits(sched: &Scheduler) -> u64 {
     let lending = sched.metrics().lending;
     lending.waited + lending.raised
-}
-
-fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
-    eprintln!("{promise}: broken in {broke} of {rounds} rounds {detail}");
-    assert_eq!(
-        broke, 0,
-        "{promise}: broken in {broke} of {rounds} rounds {detail}"
-    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -144,7 +117,7 @@ fn stale_edge_round(sa: &Scheduler, sb: &Scheduler, op: Op) -> Option<Seen> {
             match b_runs.fetch_add(1, SeqCst) + 1 {
                 1 => {
                     // A's flush registered its edge and sleeps, waiting for this run.
-                    spin_for(BOUND, || flush_waits(sa) + flush_waits(sb) > waits_before);
+                    common::spin_until(BOUND, || flush_waits(sa) + flush_waits(sb) > waits_before);
                     // The next instance runs as soon as this one ends.
                     if let Some(me) = b_slot.get().and_then(Weak::upgrade) {
                         me.schedule(Duration::ZERO);
@@ -181,11 +154,14 @@ fn stale_edge_round(sa: &Scheduler, sb: &Scheduler, op: Op) -> Option<Seen> {
     *a_holder.lock().unwrap() = Some(a);
 
     assert!(b.schedule(Duration::ZERO));
-    assert!(spin_for(BOUND, || b_runs.load(SeqCst) >= 1), "B never ran");
+    assert!(
+        common::spin_until(BOUND, || b_runs.load(SeqCst) >= 1),
+        "B never ran"
+    );
     if let Some(a) = a_holder.lock().unwrap().as_ref() {
         assert!(a.schedule(Duration::ZERO)); // runs on A's worker, flushes B
     }
-    let done = spin_for(BOUND, || {
+    let done = common::spin_until(BOUND, || {
         seen.lock().unwrap().is_some() && !a_in_callback.load(SeqCst) && !b.is_running()
     });
     let result = *seen.lock().unwrap();
@@ -396,7 +372,7 @@ fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
             let (a_slot, b_started, sched2) = (a_slot.clone(), b_started.clone(), sched.clone());
             Arc::new(sched.work(move |_| {
                 b_started.store(true, SeqCst);
-                spin_for(BOUND, || flush_waits(&sched2) > waits_before);
+                common::spin_until(BOUND, || flush_waits(&sched2) > waits_before);
                 if let Some(a) = a_slot.get().and_then(Weak::upgrade) {
                     a.cancel_sync();
                 }
@@ -407,7 +383,7 @@ fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
         let a = {
             let (b_slot, b_started) = (b_slot.clone(), b_started.clone());
             Arc::new(manual.work(move |_| {
-                spin_for(BOUND, || b_started.load(SeqCst));
+                common::spin_until(BOUND, || b_started.load(SeqCst));
                 if let Some(b) = b_slot.get().and_then(Weak::upgrade) {
                     b.flush();
                 }
@@ -514,13 +490,13 @@ fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
         .unwrap();
     let works: Vec<Work> = vec![
         sched.work(|_| {
-            busy(Duration::from_micros(50));
+            common::counted::spin(Duration::from_micros(50));
             Next::Yield
         }),
         sched.every(Duration::from_micros(100), |_| Next::Again),
         sched.timeout(Duration::from_micros(200), |_| Next::Park),
         sched.work(|_| {
-            busy(Duration::from_micros(300));
+            common::counted::spin(Duration::from_micros(300));
             Next::After(Duration::ZERO)
         }),
     ];
@@ -532,7 +508,7 @@ fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
         let (flag, was_freed) = drop_flag();
         let work = sched.work(move |_| {
             let _keep = &flag;
-            busy(Duration::from_micros(20 * i));
+            common::counted::spin(Duration::from_micros(20 * i));
             Next::Yield
         });
         work.schedule(Duration::ZERO);
@@ -585,7 +561,7 @@ fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
                 }
             });
         }
-        spin_for(BOUND, || started.load(SeqCst) == 3);
+        common::spin_until(BOUND, || started.load(SeqCst) == 3);
         thread::sleep(Duration::from_micros(seed % 2_000));
         drop(sched);
         // A little more racing after the shutdown, then quiet.
@@ -596,7 +572,7 @@ fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
     for work in &works {
         wrong.extend(inertness_violations(work));
     }
-    if !spin_for(BOUND, || freed.iter().all(|f| f.load(SeqCst))) {
+    if !common::spin_until(BOUND, || freed.iter().all(|f| f.load(SeqCst))) {
         wrong.push("a detached closure was never freed");
     }
     wrong
@@ -731,7 +707,7 @@ fn a_constructor_that_panics_while_runs_come_frees_the_work_and_nothing_runs_aft
                     reach(obj, cx)
                 });
                 // Runs come (and find no object) while the constructor works on.
-                spin_for(BOUND, || work.stats().runs >= 2 || work.is_running());
+                common::spin_until(BOUND, || work.stats().runs >= 2 || work.is_running());
                 runs_at_panic.store(work.stats().runs, SeqCst);
                 panic!("promise_edges: constructor fails");
                 #[allow(unreachable_code)]
@@ -824,14 +800,14 @@ fn every_for_with_a_zero_period_in_new_cyclic_survives_runs_during_construction(
     let sched = Scheduler::builder().build().unwrap();
     let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
         let work = sched.every_for(me, Duration::ZERO, reach);
-        spin_for(BOUND, || work.stats().runs >= 3);
+        common::spin_until(BOUND, || work.stats().runs >= 3);
         Obj {
             reached: AtomicU64::new(0),
             work,
         }
     });
     assert!(
-        spin_for(BOUND, || obj.reached.load(SeqCst) >= 3),
+        common::spin_until(BOUND, || obj.reached.load(SeqCst) >= 3),
         "the work stopped after the runs during construction"
     );
 }
@@ -1045,7 +1021,7 @@ fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
     let b = {
         let (a_slot, a_running) = (a_slot.clone(), a_running.clone());
         Arc::new(sched.work(move |_| {
-            spin_for(BOUND, || a_running.load(SeqCst));
+            common::spin_until(BOUND, || a_running.load(SeqCst));
             if let Some(a) = a_slot.get().and_then(Weak::upgrade) {
                 a.cancel_sync(); // waits for A's run
             }
@@ -1058,7 +1034,7 @@ fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
             a_running.store(true, SeqCst);
             let me = a_slot.get().and_then(Weak::upgrade).unwrap();
             // Wait until B's cancel_sync of this run refuses re-arms (it waits for us).
-            spin_for(BOUND, || {
+            common::spin_until(BOUND, || {
                 me.reschedule(FAR);
                 !me.is_pending()
             });
@@ -1089,7 +1065,7 @@ fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
         });
     }
     // Unbroken, this takes milliseconds.
-    if !spin_for(Duration::from_secs(5), || done.load(SeqCst)) {
+    if !common::spin_until(Duration::from_secs(5), || done.load(SeqCst)) {
         // Not a panic: unwinding would drop the works, whose drop waits for the same lock.
         eprintln!(
             "deadlock: the flush that broke the wait cycle never returned (its warning \
@@ -1180,7 +1156,7 @@ fn shutdown_of_a_manual_scheduler_ends_a_flush_taking_over_yield_increments() {
         let counter = increments.clone();
         let work = Arc::new(sched.work(move |_| {
             counter.fetch_add(1, SeqCst);
-            busy(Duration::from_micros(20));
+            common::counted::spin(Duration::from_micros(20));
             Next::Yield
         }));
         work.schedule(Duration::ZERO);
@@ -1188,9 +1164,9 @@ fn shutdown_of_a_manual_scheduler_ends_a_flush_taking_over_yield_increments() {
             let work = work.clone();
             thread::spawn(move || work.flush())
         };
-        spin_for(BOUND, || increments.load(SeqCst) > round % 7);
+        common::spin_until(BOUND, || increments.load(SeqCst) > round % 7);
         drop(sched);
-        let done = spin_for(BOUND, || flusher.is_finished());
+        let done = common::spin_until(BOUND, || flusher.is_finished());
         assert!(
             done,
             "the flush never returned after shutdown (round {round})"

@@ -28,7 +28,7 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{eventually, EVENTUALLY};
+use common::{assert_no_round_broke, eventually, EVENTUALLY};
 use nicework::{Next, Scheduler, Work};
 
 /// A deadline far enough that nothing armed for it runs during a round.
@@ -44,33 +44,9 @@ fn rounds(base: usize) -> usize {
     base * scale
 }
 
-/// Spins (politely) until `cond` holds or `EVENTUALLY` passes; returns whether it held.
-/// For waits whose other side is a busy thread, where `eventually`'s 1 ms sleeps would
-/// make a round slow.
-fn spin_until(mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    let mut spins = 0u32;
-    while !cond() {
-        if start.elapsed() > EVENTUALLY {
-            return cond();
-        }
-        spins += 1;
-        if spins % 64 == 0 {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
-    true
-}
-
-/// The final verdict of a race test: no round broke the promise.
-fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
-    eprintln!("{promise}: broken in {broke} of {rounds} rounds {detail}");
-    assert_eq!(
-        broke, 0,
-        "{promise}: broken in {broke} of {rounds} rounds {detail}"
-    );
+/// [`common::spin_until`] with the generous bound.
+fn spin_until(cond: impl FnMut() -> bool) -> bool {
+    common::spin_until(EVENTUALLY, cond)
 }
 
 /// The scheduling state of thread `tid` of this process (`R`, `S`, `D`, ...): `S` while it
