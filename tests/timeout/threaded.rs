@@ -50,7 +50,12 @@ fn two_threads_touch(idle: Duration, touching: Duration) -> (Touches, Vec<Instan
         eventually(|| !runs.lock().unwrap().is_empty()),
         "the timeout ran once the touching stopped"
     );
-    assert!(!work.is_pending(), "it parked");
+    // A run the touchers' starvation let through may have been touched while it ran, and
+    // then ends armed for touch + idle (never lost): the work parks after that run.
+    assert!(
+        eventually(|| !work.is_pending() && !work.is_running()),
+        "it parked"
+    );
     let runs = runs.lock().unwrap().clone();
     (touches, runs)
 }
