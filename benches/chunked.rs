@@ -21,7 +21,7 @@ use std::hint::black_box;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{calibrate, median, rounds, unit, Saturation};
+use common::{Saturation, calibrate, median, rounds, unit};
 use nicework::{Next, Priority, Scheduler};
 
 fn job(sched: &Scheduler, units: usize) {

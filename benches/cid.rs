@@ -37,7 +37,7 @@ use nicework::{IdSpace, PerCid, Scheduler};
 use shrink_heap::heap_after_shrink;
 use thread_local::ThreadLocal;
 
-extern "C" {
+unsafe extern "C" {
     static __rseq_offset: isize;
     static __rseq_size: u32;
 }

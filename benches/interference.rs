@@ -28,11 +28,11 @@ mod common;
 use std::fs::File;
 use std::hint::black_box;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{calibrate, median, quick, rounds, thread_cpu_time, unit, Saturation};
+use common::{Saturation, calibrate, median, quick, rounds, thread_cpu_time, unit};
 use nicework::{Next, Priority, Scheduler};
 
 /// Runs `threads` nice-0 CPU-bound loops for `wall`; returns (iterations, CPU share).

@@ -15,8 +15,8 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{median, quick};
@@ -159,7 +159,9 @@ fn scheduled_thread_pool(periods: usize) -> Figures {
 
 fn main() {
     let periods = if quick() { 3 } else { 7 };
-    println!("{OBJECTS} objects, {ACTIVE_PER_PERIOD} active per {PERIOD:?} period; medians of {periods} periods");
+    println!(
+        "{OBJECTS} objects, {ACTIVE_PER_PERIOD} active per {PERIOD:?} period; medians of {periods} periods"
+    );
     let nw = nicework(periods);
     let stp = scheduled_thread_pool(periods);
     println!(

@@ -8,7 +8,7 @@
 //! Each caught panic is reported as one `tracing` ERROR event.
 
 use std::any::Any;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Drops a caught panic's payload. Its destructor is user code and may panic in turn; that
 /// second payload is leaked, not dropped, so no panic ever escapes (a third level could

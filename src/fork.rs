@@ -25,8 +25,8 @@
 //! atomic operations, which are async-signal-safe. The same registration holds the work
 //! name table's lock across the fork (see `scheduler::names`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static REGISTERED: AtomicBool = AtomicBool::new(false);

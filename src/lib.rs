@@ -352,10 +352,10 @@ mod scheduler;
 mod sync;
 mod timer;
 
-pub use cid::{Cid, IdSpace, IdSpaceBuilder, PerCid, MIN_SCAN_PERIOD};
+pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{
-    global, Builder, Ctx, LendingStats, Metrics, Next, ObjectRef, Scheduler, Work, WorkStats,
-    MAX_SLACK, MAX_WORKERS, MIN_SLACK,
+    Builder, Ctx, LendingStats, MAX_SLACK, MAX_WORKERS, MIN_SLACK, Metrics, Next, ObjectRef,
+    Scheduler, Work, WorkStats, global,
 };

@@ -35,9 +35,11 @@ fn a_panicking_work_emits_an_error_event_naming_it() {
             .unwrap_or_else(|| panic!("no error event for {name}: {errors:?}"));
         assert!(event.contains("callback exploded"), "{event}");
         let spans = capture.spans.lock().unwrap().clone();
-        assert!(spans
-            .iter()
-            .any(|s| s.starts_with("nicework.run") && s.contains("work=steady")));
+        assert!(
+            spans
+                .iter()
+                .any(|s| s.starts_with("nicework.run") && s.contains("work=steady"))
+        );
         drop(good);
     }
 }

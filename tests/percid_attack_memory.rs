@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 #[path = "common/counting.rs"]
 mod counting;

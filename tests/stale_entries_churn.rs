@@ -10,7 +10,7 @@ use std::time::Duration;
 
 #[path = "common/counting.rs"]
 mod counting;
-use counting::{live_bytes, Counting};
+use counting::{Counting, live_bytes};
 use nicework::{Next, Scheduler};
 
 #[global_allocator]

@@ -2,8 +2,8 @@
 #![allow(dead_code)] // each bench binary uses a different part of it
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Rounds per figure: 7, or 3 with the `quick` argument.

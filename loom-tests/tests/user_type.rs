@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Mutex;
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::thread;
 use nicework::{Next, Scheduler, Work};
 

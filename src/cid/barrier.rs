@@ -16,7 +16,7 @@
 
 #[cfg(not(all(loom, feature = "loom")))]
 mod imp {
-    use std::sync::atomic::{compiler_fence, fence, AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicU8, Ordering, compiler_fence, fence};
 
     const UNKNOWN: u8 = 0;
     const EXPEDITED: u8 = 1;
@@ -99,7 +99,7 @@ mod imp {
 
 #[cfg(all(loom, feature = "loom"))]
 mod imp {
-    use crate::sync::{fence, Ordering};
+    use crate::sync::{Ordering, fence};
 
     pub(crate) fn init() {}
 

@@ -36,14 +36,14 @@
 
 use std::sync::Arc;
 
+use super::IdSpace;
 use super::barrier;
 use super::pin;
-use super::reader::{thread_tag, Gate, IDLE};
+use super::reader::{Gate, IDLE, thread_tag};
 use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
-use super::IdSpace;
 use crate::contain::contain;
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;

@@ -128,7 +128,7 @@ use std::sync::{Arc, Weak};
 
 use super::barrier;
 use super::space::{SpaceInner, SpaceState};
-use crate::sync::{lock, thread_local, AtomicUsize, Ordering};
+use crate::sync::{AtomicUsize, Ordering, lock, thread_local};
 
 /// `ThreadRec::cid` when the thread owns no id.
 pub(crate) const NO_ID: usize = usize::MAX;

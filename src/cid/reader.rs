@@ -86,7 +86,7 @@
 
 use super::barrier;
 use super::slots::Slot;
-use crate::sync::{lock, thread_local, wait, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Condvar, Mutex, Ordering, lock, thread_local, wait};
 
 /// `Slot::reading`: no reader is interested.
 pub(super) const IDLE: u32 = 0;

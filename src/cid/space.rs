@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
-use super::pin::{Cid, ThreadRec, MOVE, NO_ID};
+use super::pin::{Cid, MOVE, NO_ID, ThreadRec};
 use crate::contain::contain;
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use crate::{Next, Scheduler, Work};
 
 /// The kernel's `MM_CID_SCAN_DELAY`.
@@ -248,11 +248,7 @@ impl SpaceInner {
         drop(state);
         self.trim_all();
         // Nothing held: nothing can go idle or shrink, so park until the next acquire.
-        if held == 0 {
-            Next::Park
-        } else {
-            Next::Again
-        }
+        if held == 0 { Next::Park } else { Next::Again }
     }
 
     pub(crate) fn register_trim(&self, trim: Weak<dyn Trim>) {

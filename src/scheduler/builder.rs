@@ -173,7 +173,7 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 
 #[cfg(not(all(loom, feature = "loom")))]
 fn start(config: Config) -> Result<Scheduler, Error> {
-    use std::sync::{mpsc, Arc};
+    use std::sync::{Arc, mpsc};
 
     use crate::clock::timerfd::TimerSource;
     use crate::scheduler::shared::Shared;
@@ -204,7 +204,7 @@ fn start(config: Config) -> Result<Scheduler, Error> {
             Err(_) => {
                 return Err(Error::Io(std::io::Error::other(
                     "a worker thread exited during start-up",
-                )))
+                )));
             }
         }
     }

@@ -18,7 +18,7 @@ use crate::scheduler::metrics::Metrics;
 use crate::scheduler::shared::Shared;
 
 use crate::scheduler::{Ctx, Next, Work};
-use crate::sync::{lock_std, Ordering};
+use crate::sync::{Ordering, lock_std};
 use crate::{Error, Priority};
 
 /// A handle to a scheduler of delayed works.

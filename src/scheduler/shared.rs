@@ -6,16 +6,16 @@ use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use super::WorkRef;
-use crate::clock::timerfd::TimerSource;
+use crate::Priority;
 use crate::clock::Clock;
+use crate::clock::timerfd::TimerSource;
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
-    units_ceil, State, DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, YIELDED,
+    DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
-use crate::sync::{lock, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, lock};
 use crate::timer::Timers;
-use crate::Priority;
 
 /// Delays at least this many times the coarse clock's margin are timed with the coarse
 /// clock (so its extra lateness is at most 1 % of the delay); shorter ones read the full

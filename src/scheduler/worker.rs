@@ -19,9 +19,10 @@
 //! the poller role on, so due works never wait for a busy thread.
 
 use std::cell::Cell;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::sync::mpsc::Sender;
 
+use crate::Error;
 use crate::clock::timerfd::TimerReader;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
@@ -29,7 +30,6 @@ use crate::scheduler::shared::Shared;
 use crate::scheduler::work::run::Executed;
 use crate::scheduler::work::state::units_to_ns;
 use crate::sync::{thread_local, wait};
-use crate::Error;
 
 thread_local! {
     /// The scheduler this thread is a worker of, so shutdown never joins itself.

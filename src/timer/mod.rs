@@ -25,7 +25,7 @@ mod wheel;
 
 use std::collections::VecDeque;
 
-use wheel::{Wheel, LEVELS, SLOTS};
+use wheel::{LEVELS, SLOTS, Wheel};
 
 /// Values per chunk of a slot.
 const CHUNK: usize = 64;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nicework::{Cid, IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{Cid, IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 const SPACES: usize = 3;
 const TABLE: usize = 4096;

@@ -9,9 +9,9 @@
 //! --test cid_adversarial`.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
 use std::time::Duration;
 
 use nicework::{Cid, IdSpace, Priority, Scheduler};

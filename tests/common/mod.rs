@@ -7,8 +7,8 @@ pub mod counted;
 pub mod events;
 pub mod percid;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Generous bound for "eventually": far above any expected latency, so only a hang fails.
@@ -180,7 +180,7 @@ pub fn as_uid_65534(test: &str, prefix: &[&str]) -> Result<AsNobody, String> {
 /// Drops this process's `RLIMIT_NICE` to 0 (soft and hard; lowering needs no right), so
 /// that without `CAP_SYS_NICE` it may not lower any thread's nice.
 pub fn drop_rlimit_nice() {
-    use nix::sys::resource::{setrlimit, Resource};
+    use nix::sys::resource::{Resource, setrlimit};
     setrlimit(Resource::RLIMIT_NICE, 0, 0).expect("lowering RLIMIT_NICE");
 }
 

@@ -1,9 +1,9 @@
 //! `PerCid` fixtures shared by the reclaim tests: a thread that must finish, exit included,
 //! and the folding pattern where one `PerCid`'s reclaimed slots fold into another's.
 
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 
 use nicework::{IdSpace, PerCid};
 

@@ -12,8 +12,8 @@ use std::panic::resume_unwind;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use common::percid::finishes;
 use common::EVENTUALLY;
+use common::percid::finishes;
 use nicework::{IdSpace, PerCid, Scheduler};
 
 /// on_reclaim folds the reclaimed count into the reclaiming thread's own slot of the same

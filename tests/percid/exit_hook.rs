@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use nicework::{Cid, IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{Cid, IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 fn leak<T>(value: T) -> &'static T {
     Box::leak(Box::new(value))

@@ -16,7 +16,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use common::EVENTUALLY;
-use nicework::{IdSpace, Next, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, Next, PerCid, Scheduler};
 
 /// Runs `f` on a thread and reports whether it finished (body and thread exit) within the
 /// liveness bound. A thread that does not finish is left behind (it is deadlocked).
@@ -55,7 +55,7 @@ fn owners_meeting_inside_with_finish_beside_a_reader() {
     let ids = Arc::new(IdSpace::new(&sched));
     let p: Arc<PerCid<AtomicU64>> = Arc::new(PerCid::new(&ids, || AtomicU64::new(0)));
     std::mem::forget(sched.clone()); // never shut down: thread exits do not trim
-                                     // id 0: a slot never borrowed during the test, visited first.
+    // id 0: a slot never borrowed during the test, visited first.
     let p0 = p.clone();
     on_a_thread_that_stays(move || p0.with(|n| *n.get_mut() += 1));
 

@@ -9,14 +9,14 @@ use crate::common;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use common::eventually;
 use common::percid::finishes;
-use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 /// The last handles of a `PerCid` and its space, dropped from inside a callback.
 type Handles = (Arc<PerCid<u64>>, IdSpace);

@@ -5,9 +5,9 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Barrier, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Barrier, Mutex, OnceLock, Weak, mpsc};
 use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
@@ -66,7 +66,7 @@ fn check_pass(stats: &Stats, mut panic_on: Option<u64>) -> usize {
     seen.len()
 }
 
-fn make_cb(gen: u64, stats: Arc<Stats>) -> impl FnMut(&mut Tracked) + Send + 'static {
+fn make_cb(generation: u64, stats: Arc<Stats>) -> impl FnMut(&mut Tracked) + Send + 'static {
     move |t: &mut Tracked| {
         if t.0.started.swap(true, SeqCst) {
             stats.started_twice.fetch_add(1, SeqCst);
@@ -86,9 +86,9 @@ fn make_cb(gen: u64, stats: Arc<Stats>) -> impl FnMut(&mut Tracked) + Send + 'st
         }
         stats.nested_passes.fetch_add(1, SeqCst);
         // Replace itself on every call.
-        p.on_reclaim(make_cb(gen + 1, stats.clone()));
-        if gen % 3 == 2 {
-            panic!("planted: on_reclaim panics (gen {gen})");
+        p.on_reclaim(make_cb(generation + 1, stats.clone()));
+        if generation % 3 == 2 {
+            panic!("planted: on_reclaim panics (generation {generation})");
         }
     }
 }

@@ -3,13 +3,13 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{env, spin, Counted, ALIVE};
+use common::counted::{ALIVE, Counted, env, spin};
 
 /// Threads come and go (each makes a fresh value above the high water once it exits) beside
 /// one reader in a loop whose callback costs a few microseconds. The scan's trim is left

@@ -3,13 +3,13 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{spin, Counted, ALIVE};
+use common::counted::{ALIVE, Counted, spin};
 
 /// A reader in a loop whose callback costs a few microseconds per value. The compaction
 /// work's trim finds the gate held (deferred) and the queue empty (the reader took it out

@@ -6,13 +6,13 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use common::eventually;
-use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 const SCAN: Duration = Duration::from_millis(100);
 

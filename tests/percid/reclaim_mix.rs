@@ -5,11 +5,11 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 struct Val {
     id: u64,

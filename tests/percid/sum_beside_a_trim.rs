@@ -1,8 +1,8 @@
 //! `for_each`'s promise: a sum of the slots plus what `on_reclaim` folded misses nothing
 //! but the value the callback is being called with at that moment.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 
 use nicework::{IdSpace, PerCid, Scheduler};
 

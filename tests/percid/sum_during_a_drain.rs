@@ -3,9 +3,9 @@
 //! take the whole queue, and a sum missed all of it).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 
-use nicework::{IdSpace, PerCid, Scheduler, MIN_SCAN_PERIOD};
+use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
 /// for_each docs: "a sum of the slots plus what on_reclaim folded misses nothing but the
 /// values the callback is being called with at that moment". While the drainer's callback

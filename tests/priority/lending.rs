@@ -8,11 +8,11 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use common::{
-    current_nice, current_policy, eventually, gettid, nice_of, policy_of, AsNobody, EVENTUALLY,
+    AsNobody, EVENTUALLY, current_nice, current_policy, eventually, gettid, nice_of, policy_of,
 };
 use nicework::{Next, Priority, Scheduler};
 
@@ -347,7 +347,10 @@ fn without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv() 
 #[ignore = "needs CAP_SYS_RESOURCE to raise RLIMIT_NICE; run with --ignored as a privileged root"]
 fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource() {
     let outcome = common::as_uid_65534(
-        &common::exact_name(module_path!(), "with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource"),
+        &common::exact_name(
+            module_path!(),
+            "with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sys_resource",
+        ),
         &["prlimit", "--nice=15:15"],
     );
     match outcome.unwrap_or_else(|reason| panic!("cannot run: {reason}")) {

@@ -50,9 +50,10 @@ fn check_raising_the_worker_above_the_callers_priority() -> bool {
         }
         other => panic!("expected a priority error, got {other:?}"),
     }
-    assert!(err
-        .to_string()
-        .starts_with("cannot apply worker priority nice"));
+    assert!(
+        err.to_string()
+            .starts_with("cannot apply worker priority nice")
+    );
     // The failed worker was joined before `build` returned, but the kernel may list an
     // exited thread in /proc for a moment after the join: wait for the count, which a
     // thread really left behind would never reach.
@@ -86,7 +87,10 @@ fn raising_the_worker_above_the_callers_priority_needs_privilege() {
 #[test]
 fn as_uid_65534_raising_the_worker_above_the_callers_priority_fails_needs_root_and_setpriv() {
     match common::as_uid_65534(
-        &common::exact_name(module_path!(), "as_uid_65534_raising_the_worker_above_the_callers_priority_fails_needs_root_and_setpriv"),
+        &common::exact_name(
+            module_path!(),
+            "as_uid_65534_raising_the_worker_above_the_callers_priority_fails_needs_root_and_setpriv",
+        ),
         &[],
     ) {
         Ok(AsNobody::Here) => {

@@ -105,11 +105,7 @@ fn stopped_timeout_scheduled_and_touched_runs_at_touch_plus_idle() {
     let work = sched.timeout(2 * MS, move |cx| {
         runs.lock().unwrap().push(cx.scheduler().now() - start);
         n += 1;
-        if n < 3 {
-            Next::Again
-        } else {
-            Next::Stop
-        }
+        if n < 3 { Next::Again } else { Next::Stop }
     });
     sched.advance(23 * MS);
     assert_eq!(*at.lock().unwrap(), [2 * MS, 4 * MS, 6 * MS]);

@@ -3,12 +3,12 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex};
+use std::sync::{Mutex, mpsc};
 use std::time::Duration;
 
-use common::{gettid, EVENTUALLY};
+use common::{EVENTUALLY, gettid};
 use nicework::{Next, Scheduler};
 
 /// Runs a job over `len` elements and checks each was visited exactly once; returns the

@@ -4,11 +4,11 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::EVENTUALLY;
-use nicework::{Error, Next, Priority, Scheduler, MAX_WORKERS, MIN_SLACK};
+use nicework::{Error, MAX_WORKERS, MIN_SLACK, Next, Priority, Scheduler};
 
 const MS: Duration = Duration::from_millis(1);
 

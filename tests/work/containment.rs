@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nicework::{Next, Scheduler, Work};

@@ -234,11 +234,7 @@ fn thousands_of_detached_one_shots_on_two_workers_run_once_and_are_freed() {
             }
             ran = true;
             r.fetch_add(1, Ordering::SeqCst);
-            if i % 2 == 0 {
-                Next::Stop
-            } else {
-                Next::Park
-            }
+            if i % 2 == 0 { Next::Stop } else { Next::Park }
         });
         work.schedule(Duration::from_micros((i % 7) as u64 * 100));
         work.detach();
@@ -278,11 +274,7 @@ fn detach_from_inside_the_own_callback_on_two_workers_frees_after_the_run() {
                 0,
                 "freed under its own run"
             );
-            if n >= 3 {
-                Next::Stop
-            } else {
-                Next::Yield
-            }
+            if n >= 3 { Next::Stop } else { Next::Yield }
         });
         *slot.lock().unwrap() = Some(work);
         slot.lock()

@@ -6,10 +6,10 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use common::{drop_flag, eventually, EVENTUALLY};
+use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Next, Scheduler, Work};
 
 /// A periodic work counting its runs.

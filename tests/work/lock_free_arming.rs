@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use common::{drop_flag, eventually, Rng};
+use common::{Rng, drop_flag, eventually};
 use nicework::{Next, Scheduler, Work};
 
 fn sched() -> Scheduler {
@@ -46,11 +46,7 @@ fn never_early(coarse: bool, rounds: usize) {
                             .push(format!("work {i}: ran {} ns early", lb - now));
                     }
                     runs.fetch_add(1, SeqCst);
-                    if i % 2 == 0 {
-                        Next::Again
-                    } else {
-                        Next::Park
-                    }
+                    if i % 2 == 0 { Next::Again } else { Next::Park }
                 };
                 if i >= 4 {
                     let idle = if coarse {

@@ -323,9 +323,11 @@ fn a_parked_work_is_in_no_timer_structure() {
     sched.advance(MS);
     assert_eq!(sched.metrics().armed, 0);
     assert_eq!(sched.advance(Duration::from_secs(3600)), 0);
-    assert!(works
-        .iter()
-        .all(|w| w.stats().runs == 1 && w.stats().parks == 1));
+    assert!(
+        works
+            .iter()
+            .all(|w| w.stats().runs == 1 && w.stats().parks == 1)
+    );
 }
 
 // A touch during a run is never lost (the single-threaded orders; the racing ones are
@@ -384,9 +386,11 @@ fn again_is_fixed_delay_from_the_end_of_the_run() {
     // One big jump: no burst, every run at its own deadline, each 10 ms after the last.
     assert_eq!(sched.advance(1000 * MS), 100);
     let deadlines = deadlines.lock().unwrap();
-    assert!(deadlines
-        .windows(2)
-        .all(|w| w[1] - w[0] == Duration::from_millis(10)));
+    assert!(
+        deadlines
+            .windows(2)
+            .all(|w| w[1] - w[0] == Duration::from_millis(10))
+    );
 }
 
 #[test]

@@ -30,14 +30,14 @@
 use crate::common;
 
 use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::assert_no_round_broke;
-use common::{drop_flag, Rng};
+use common::{Rng, drop_flag};
 use nicework::{Next, Scheduler, Work};
 
 /// Bound for one wait for a state inside a round.

@@ -24,11 +24,11 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_round_broke, eventually, EVENTUALLY};
+use common::{EVENTUALLY, assert_no_round_broke, eventually};
 use nicework::{Next, Scheduler, Work};
 
 /// A deadline far enough that nothing armed for it runs during a round.

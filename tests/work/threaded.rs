@@ -4,10 +4,10 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use common::{drop_flag, eventually, EVENTUALLY};
+use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Next, Priority, Scheduler, Work};
 
 const MS: Duration = Duration::from_millis(1);

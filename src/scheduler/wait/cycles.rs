@@ -32,9 +32,9 @@
 //! taken and no user code runs while it is held. A `fork()`ed child starts a fresh graph
 //! (see `graph`), so a lock held by a parent thread at the fork never blocks it.
 
-use crate::scheduler::wait::frames;
 use crate::scheduler::WorkRef;
-use crate::sync::{lock, Mutex};
+use crate::scheduler::wait::frames;
+use crate::sync::{Mutex, lock};
 
 /// One blocked thread: the works on its frame stack wait for `target`'s run to end,
 /// the one that completes as `target_work`'s `done_at`-th.

@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
+use crate::scheduler::WorkRef;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
-use crate::scheduler::work::run::{leave_forked_child, Executed, Taken};
+use crate::scheduler::work::run::{Executed, Taken, leave_forked_child};
 use crate::scheduler::work::state::{
     FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, YIELDED,
 };
-use crate::scheduler::WorkRef;
-use crate::sync::{load_ordered_after_seqcst_writes, wait, MutexGuard};
+use crate::sync::{MutexGuard, load_ordered_after_seqcst_writes, wait};
 
 impl Shared {
     /// Waits until the run in progress (`RUNNING` is set when this is called) has

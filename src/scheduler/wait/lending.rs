@@ -240,8 +240,8 @@ mod tests {
     /// nice 5) raises the worker only to the limit. Needs the right to raise, so it runs
     /// where the process has `CAP_SYS_NICE` (the integration tests cover the rest).
     #[test]
-    fn a_limit_above_the_flusher_raises_only_to_the_limit_and_restore_puts_it_back_needs_cap_sys_nice(
-    ) {
+    fn a_limit_above_the_flusher_raises_only_to_the_limit_and_restore_puts_it_back_needs_cap_sys_nice()
+     {
         if priority::raise_limit() != Some(-20) {
             // Visible in the name: this part needs CAP_SYS_NICE (CI runs as root and has it).
             println!("skipped: raising a thread here needs CAP_SYS_NICE");

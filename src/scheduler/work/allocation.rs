@@ -26,8 +26,8 @@
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use super::{names, Ctx, Next, StatsCounters};
-use crate::scheduler::work::state::{StateCell, CLOSURE_DROPPED, NAMED, TIMEOUT};
+use super::{Ctx, Next, StatsCounters, names};
+use crate::scheduler::work::state::{CLOSURE_DROPPED, NAMED, StateCell, TIMEOUT};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.

@@ -18,7 +18,7 @@ use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::{
-    State, DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, STOPPED, TIMEOUT,
+    DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, STOPPED, State, TIMEOUT,
     TOUCHED_IN_RUN,
 };
 use crate::sync::Ordering;

@@ -7,7 +7,7 @@ use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::cycles::WaitCycle;
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::state::{
-    CANCEL_WAITING, DISABLED, DISABLE_MAX, ORPHANED, PENDING, QUEUED, REARM_REFUSED, RUNNING,
+    CANCEL_WAITING, DISABLE_MAX, DISABLED, ORPHANED, PENDING, QUEUED, REARM_REFUSED, RUNNING,
     STOPPED,
 };
 

@@ -6,15 +6,15 @@ use std::time::{Duration, Instant};
 
 use super::{Ctx, Header, Next, WorkStats};
 
+use crate::Scheduler;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::work::allocation::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
 use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::run::drop_contained;
 use crate::scheduler::work::state::{
-    State, DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, TIMEOUT,
+    DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, State, TIMEOUT,
 };
 use crate::scheduler::work::timeout::PRECISE_TOUCH;
-use crate::Scheduler;
 
 /// The owning handle of a delayed work (the kernel's `struct delayed_work`).
 ///

@@ -2,7 +2,7 @@
 //! and inside `catch_unwind`, completing it (applying its [`Next`]), and manual time's
 //! `advance`, which runs due works on the caller.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,17 +10,17 @@ use super::WorkRef;
 use super::{Ctx, Next};
 use crate::clock::nanos;
 use crate::contain::{contain, drop_payload, panic_message};
+use crate::scheduler::Scheduler;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
-    units_ceil, units_to_ns, State, DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING,
-    FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT,
-    STOPPED, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
+    DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING, FLUSH_TAKEOVER, ORPHANED, PENDING,
+    POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, State, TIMEOUT,
+    TOUCHED_IN_RUN, YIELDED, units_ceil, units_to_ns,
 };
-use crate::scheduler::Scheduler;
-use crate::sync::{fence, load_ordered_after_seqcst_writes, Ordering};
+use crate::sync::{Ordering, fence, load_ordered_after_seqcst_writes};
 
 /// A run that was taken and must now be executed.
 pub(crate) struct Taken {

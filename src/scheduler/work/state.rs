@@ -72,7 +72,7 @@
 //! The deadline counts 100 µs units from the scheduler's start, rounded up (never
 //! early), and saturates at [`DEADLINE_NEVER`] (about 27 years), which is never due.
 
-use crate::sync::{load_ordered_after_seqcst_writes, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, load_ordered_after_seqcst_writes};
 
 /// Logically armed: the deadline field is when it is due.
 pub(crate) const PENDING: u64 = 1 << 0;

@@ -47,9 +47,9 @@ use std::time::Duration;
 use super::WorkRef;
 use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
-use crate::scheduler::work::state::{units_ceil, FIRING, PENDING, RUNNING, TIMEOUT};
+use crate::scheduler::work::state::{FIRING, PENDING, RUNNING, TIMEOUT, units_ceil};
 use crate::scheduler::{Ctx, Next, Scheduler, Work};
-use crate::sync::{load_ordered_after_seqcst_writes, Ordering};
+use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
 
 impl Scheduler {
     /// Creates an idle timeout: a work armed for now + `idle` that every
