@@ -586,21 +586,34 @@ fn tiny_and_huge_scan_periods() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 7: the id guarantees with the new enter() fast path.
+// Guarantee 7: the id guarantees beside enter()'s fast path.
 // ---------------------------------------------------------------------------------------
 
+/// Six threads enter, nest, stay pinned across scans and go idle until their id is
+/// revoked, while scans run back to back: a manual scheduler advanced by a thread of its
+/// own runs the scan as often as that thread can loop (a real worker would wait its
+/// `MIN_SCAN_PERIOD` between scans), so every enter meets a scan in some phase.
 #[test]
 fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
-    let sched = Scheduler::new().unwrap();
+    const THREADS: usize = 6;
+    let sched = Scheduler::manual();
     let ids = IdSpace::builder().scan_period(Duration::ZERO).build(&sched);
     let owners: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
     let violations = AtomicUsize::new(0);
     let scans_seen = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for t in 1..=6usize {
-            let (ids, owners, violations, scans_seen) = (&ids, &owners, &violations, &scans_seen);
+        s.spawn(|| {
+            while finished.load(Ordering::SeqCst) < THREADS {
+                sched.advance(MIN_SCAN_PERIOD);
+                std::thread::yield_now();
+            }
+        });
+        for t in 1..=THREADS {
+            let (ids, owners, violations, scans_seen, finished) =
+                (&ids, &owners, &violations, &scans_seen, &finished);
             s.spawn(move || {
-                for i in 0..3000usize {
+                for i in 0..20_000usize {
                     let cid = ids.enter();
                     let id = cid.get();
                     if owners[id].swap(t, Ordering::SeqCst) != 0 {
@@ -629,6 +642,7 @@ fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
                         }
                     }
                 }
+                finished.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
