@@ -52,7 +52,7 @@
 //!    (the pin protocol again, with the reader in the reclaimer's place) is written down
 //!    in `reader.rs`.
 //! 10. After a shrink from N to M threads, one scan after the survivors moved down, a
-//!     `PerCid`'s heap is what a fresh one used by M threads holds (`tests/percid_memory.rs`).
+//!     `PerCid`'s heap is what a fresh one used by M threads holds (`tests/costs/percid_shrink.rs`).
 //!
 //! # The protocols
 //!

@@ -1,5 +1,6 @@
 //! A global allocator that counts live heap bytes; a binary that wants the count installs
 //! it with `#[global_allocator] static ALLOCATOR: Counting = Counting;`.
+#![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -36,4 +37,15 @@ unsafe impl GlobalAlloc for Counting {
         // SAFETY: same contract as ours.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+/// Begins one test's byte count: while the guard lives no other test that took it runs,
+/// so the live bytes move only with that test's own work (and the few hundred bytes the
+/// test harness allocates to start a next test, which then waits here). A poisoned lock,
+/// from a failed test, still serialises.
+pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

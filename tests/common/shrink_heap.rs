@@ -1,6 +1,6 @@
 //! The heap a per-thread storage holds after its threads shrink from `peak` to
 //! `survivors`, in bytes, counted by the counting allocator (`counting.rs`), which the
-//! binary must install. Shared by `tests/percid_memory.rs` (which asserts on it) and
+//! binary must install. Shared by `tests/costs/` (which asserts on it) and
 //! `benches/cid.rs` (which prints it next to `thread_local`).
 //!
 //! The survivors are the threads that came last, so they start on the highest ids: the

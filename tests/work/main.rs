@@ -1,6 +1,6 @@
 //! Works: the workqueue semantics on the manual clock and on real workers, arming
 //! (lock-free and locked), detach, cancelling and its refusals, containment, bad input and
-//! faults, the promises that legal code once broke, and the idle-cost count.
+//! faults, and the promises legal code tries to break.
 //!
 //! One test binary, a module per behaviour.
 //! - `arming`: The arming API a connection pool needs.
@@ -13,8 +13,6 @@
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
-//! - `idle_objects`: The kernel's per-mm delayed work made 20,000 invocations in 30 s for
-//!   idle processes.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
@@ -45,7 +43,6 @@ mod containment_levels;
 mod detach;
 mod faults;
 mod flush_scope;
-mod idle_objects;
 mod lock_free_arming;
 mod manual;
 mod manual_ticks;

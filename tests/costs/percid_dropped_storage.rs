@@ -3,21 +3,11 @@
 //! A `PerCid` registers a `Weak` trim handle with its space, and each `Weak` keeps its
 //! storage's allocation (64 bucket pointers, the gate, ...). The scan parks while no id is
 //! held and nothing scans once the scheduler is gone, so registration must forget dropped
-//! `PerCid`s itself: 10,000 created and dropped grew the heap by 6.5 MB before it did.
-//! (One test per binary section that counts: nothing else may allocate while it counts;
-//! tests here run one at a time through a lock.)
+//! `PerCid`s itself (10,000 created and dropped would otherwise keep 6.5 MB).
 
-use std::sync::Mutex;
+use crate::counting;
 
 use nicework::{IdSpace, PerCid, Scheduler};
-
-#[path = "common/counting.rs"]
-mod counting;
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 fn growth_over(rounds: usize, mut f: impl FnMut()) -> isize {
     // Warm-up: one-time allocations.
@@ -33,7 +23,7 @@ fn growth_over(rounds: usize, mut f: impl FnMut()) -> isize {
 
 #[test]
 fn dropped_percids_leave_nothing_behind_while_no_id_is_held() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let sched = Scheduler::new().unwrap();
     let ids = IdSpace::new(&sched);
     let rounds = 10_000;
@@ -51,7 +41,7 @@ fn dropped_percids_leave_nothing_behind_while_no_id_is_held() {
 
 #[test]
 fn dropped_percids_leave_nothing_behind_after_the_scheduler_is_gone() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let ids = IdSpace::new(&sched);
     drop(sched);
@@ -74,7 +64,7 @@ fn dropped_percids_leave_nothing_behind_after_the_scheduler_is_gone() {
 /// Control: spaces (not PerCids) created and dropped on one thread that enters each.
 #[test]
 fn dropped_spaces_entered_by_this_thread_do_not_accumulate() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let rounds = 10_000;
     let grown = growth_over(rounds, || {
@@ -97,7 +87,7 @@ fn dropped_spaces_entered_by_this_thread_do_not_accumulate() {
 /// Control for the control: spaces created and dropped, never entered.
 #[test]
 fn dropped_spaces_never_entered_do_not_accumulate() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let rounds = 10_000;
     let grown = growth_over(rounds, || {

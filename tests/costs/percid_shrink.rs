@@ -1,24 +1,18 @@
-//! `PerCid`'s memory follows the live concurrency, slot arrays included: after 64 threads shrink to 4, the heap of the `IdSpace` plus a
-//! `PerCid<[u64; 4]>` is within 1.2x of a fresh pair used by 4 threads, one scan after the
-//! survivors moved down. Bytes are counted by a counting allocator; no timing is involved.
-//! (One test in this binary: nothing else may allocate while it counts.)
+//! `PerCid`'s memory follows the live concurrency, slot arrays included: after 64 threads
+//! shrink to 4, the heap of the `IdSpace` plus a `PerCid<[u64; 4]>` is within 1.2x of a
+//! fresh pair used by 4 threads, one scan after the survivors moved down.
+
+use crate::{counting, shrink_heap};
 
 use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-#[path = "common/counting.rs"]
-mod counting;
-#[path = "common/shrink_heap.rs"]
-mod shrink_heap;
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;
-
 const SCAN: Duration = Duration::from_millis(100);
 
 #[test]
 fn heap_after_64_to_4_threads_is_within_1_2x_of_a_fresh_pair() {
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let make = || {
         let ids = IdSpace::new(&sched);

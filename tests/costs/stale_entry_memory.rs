@@ -1,22 +1,12 @@
 //! Memory under churn: millions of works armed far out and cancelled/dropped, and one work
 //! alternating a later and an earlier far deadline. Timer entries and live heap bytes
-//! must stay bounded. (One test per binary would isolate the allocator count; the tests
-//! here run serially through one lock.)
+//! must stay bounded.
 
-mod common;
+use crate::counting::{self, live_bytes};
 
-use std::sync::Mutex;
 use std::time::Duration;
 
-#[path = "common/counting.rs"]
-mod counting;
-use counting::{Counting, live_bytes};
 use nicework::{Next, Scheduler};
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Debug builds (the plain `cargo test`) run a tenth of the iterations: still many
 /// sweeps' worth, at a tenth of the time.
@@ -71,7 +61,7 @@ fn churn(sched: &Scheduler, label: &str) {
 
 #[test]
 fn create_arm_cancel_drop_a_million_far_works_stays_bounded() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let manual = Scheduler::manual();
     churn(&manual, "manual");
     let real = Scheduler::builder().workers(2).build().unwrap();
@@ -80,7 +70,7 @@ fn create_arm_cancel_drop_a_million_far_works_stays_bounded() {
 
 #[test]
 fn alternating_later_and_earlier_far_deadlines_stay_bounded() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     for sched in [
         Scheduler::manual(),
         Scheduler::builder().workers(2).build().unwrap(),
@@ -120,7 +110,7 @@ fn alternating_later_and_earlier_far_deadlines_stay_bounded() {
 /// Many works kept armed far out while others churn: entries stay within 2x armed + ~2k.
 #[test]
 fn armed_population_plus_churn_stays_within_twice_armed() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let keep: Vec<_> = (0..50_000u64)
         .map(|i| {

@@ -1,18 +1,11 @@
 //! Memory stays flat: 200 rounds of creating and dropping 10,000 works and an `IdSpace`
-//! used by 16 threads, with live heap bytes counted by a counting global allocator. The
-//! assertion is on bytes, never on time.
+//! used by 16 threads.
+
+use crate::{common, counting};
 
 use std::time::Duration;
 
 use nicework::{IdSpace, Next, PerCid, Scheduler};
-
-mod common;
-
-#[path = "common/counting.rs"]
-mod counting;
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;
 
 /// How a round arms its works.
 #[derive(Clone, Copy, PartialEq)]
@@ -76,6 +69,7 @@ fn round(sched: &Scheduler, round: usize, arming: Arming) {
 
 #[test]
 fn live_heap_bytes_are_flat_over_200_rounds() {
+    let _measuring = counting::measuring();
     let sched = Scheduler::builder().workers(2).build().unwrap();
     // Warm up lazily initialized state (thread-local caches, tracing's callsite
     // registry) and grow the timer wheel and the ready queue to their peaks once: with

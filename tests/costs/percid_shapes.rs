@@ -1,23 +1,16 @@
-//! `PerCid`'s memory follows the live concurrency in shapes other than
-//! `tests/percid_memory.rs`'s. Bytes are counted by a counting allocator; one test in this
-//! binary, so nothing else allocates while it counts.
+//! `PerCid`'s memory follows the live concurrency in shapes other than `percid_shrink`'s:
+//! big slots, eight `PerCid`s on one space, repeated grow/shrink cycles, and a pair whose
+//! scheduler was dropped.
 
-use std::time::Duration;
+use crate::{counting, shrink_heap};
 
 use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
-
-#[path = "common/counting.rs"]
-mod counting;
-#[path = "common/shrink_heap.rs"]
-mod shrink_heap;
-
-#[global_allocator]
-static ALLOCATOR: counting::Counting = counting::Counting;
 
 type Pair = (IdSpace, Vec<PerCid<[u64; 64]>>);
 
 #[test]
 fn memory_shapes() {
+    let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     // Big slots, eight PerCids on one space, repeated grow/shrink cycles.
     let make = || {
@@ -72,5 +65,4 @@ fn memory_shapes() {
         after_exit as f64 <= 1.2 * fresh_orphan as f64,
         "no scheduler, after one more exit: {after_exit} B, fresh {fresh_orphan} B"
     );
-    let _ = Duration::ZERO;
 }
