@@ -635,9 +635,15 @@ fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
                     }
                     drop(cid);
                     if i % 7 == t % 7 {
-                        // Go idle for a scan: the id is revoked and re-acquired.
-                        let runs = ids.compaction_stats().runs;
-                        while ids.compaction_stats().runs < runs + 2 {
+                        // Go idle for two scans: the id is revoked and re-acquired. A scan
+                        // that finds no id held parks (only an enter wakes it), and it only
+                        // finds none once this thread's id is revoked too.
+                        let before = ids.compaction_stats();
+                        loop {
+                            let now = ids.compaction_stats();
+                            if now.runs >= before.runs + 2 || now.parks > before.parks {
+                                break;
+                            }
                             std::thread::yield_now();
                         }
                     }
