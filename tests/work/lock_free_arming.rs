@@ -15,6 +15,11 @@ fn sched() -> Scheduler {
     Scheduler::builder().workers(2).build().unwrap()
 }
 
+/// Whether `never_early`'s work `i` is a timeout.
+fn is_timeout(i: usize) -> bool {
+    i % 6 >= 4
+}
+
 /// Nanoseconds since a common origin.
 fn ns(origin: Instant) -> u64 {
     origin.elapsed().as_nanos() as u64
@@ -24,16 +29,16 @@ fn ns(origin: Instant) -> u64 {
 /// L = now + d, then arms it only with deadlines at or after L (reschedule/schedule with
 /// delays >= d, touch whose period >= d), while other threads `cancel()` and `touch()` it.
 /// Every run must start at or after L. Delays use the full clock (a few ms) or the coarse
-/// clock (at least 100 coarse margins: 3.2 s on a 250 Hz kernel).
-fn never_early(coarse: bool, rounds: usize) {
+/// clock (at least 100 coarse margins: 3.2 s on a 250 Hz kernel). A third of the works
+/// are timeouts; half of them return `Again`, half `Park`.
+fn never_early(coarse: bool, count: usize, rounds: usize) {
     let sched = sched();
     let origin = Instant::now();
-    const WORKS: usize = 6;
-    let bounds: Arc<Vec<AtomicU64>> = Arc::new((0..WORKS).map(|_| AtomicU64::new(0)).collect());
+    let bounds: Arc<Vec<AtomicU64>> = Arc::new((0..count).map(|_| AtomicU64::new(0)).collect());
     let early: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
     let runs = Arc::new(AtomicU64::new(0));
     let works: Arc<Vec<Work>> = Arc::new(
-        (0..WORKS)
+        (0..count)
             .map(|i| {
                 let (bounds, early, runs) = (bounds.clone(), early.clone(), runs.clone());
                 let f = move |_cx: &mut nicework::Ctx<'_>| {
@@ -48,7 +53,7 @@ fn never_early(coarse: bool, rounds: usize) {
                     runs.fetch_add(1, SeqCst);
                     if i % 2 == 0 { Next::Again } else { Next::Park }
                 };
-                if i >= 4 {
+                if is_timeout(i) {
                     let idle = if coarse {
                         Duration::from_millis(3500)
                     } else {
@@ -68,7 +73,7 @@ fn never_early(coarse: bool, rounds: usize) {
         noise.push(std::thread::spawn(move || {
             let mut rng = Rng(0x1234 + t);
             while !stop.load(SeqCst) {
-                let w = &works[(rng.next() % WORKS as u64) as usize];
+                let w = &works[(rng.next() % count as u64) as usize];
                 if !coarse && rng.next() % 64 == 0 {
                     w.cancel();
                 } else {
@@ -81,7 +86,7 @@ fn never_early(coarse: bool, rounds: usize) {
         }));
     }
     let mut owners = Vec::new();
-    for i in 0..WORKS {
+    for i in 0..count {
         let (works, bounds) = (works.clone(), bounds.clone());
         owners.push(std::thread::spawn(move || {
             let mut rng = Rng(0x9E37 + i as u64);
@@ -96,7 +101,12 @@ fn never_early(coarse: bool, rounds: usize) {
                 let t0 = ns(origin);
                 let timeout_idle = if coarse { 3_500_000_000 } else { 2_000_000 };
                 // A timeout's touches arm it for touch + idle: the bound is the smaller.
-                let lb = t0 + if i >= 4 { base.min(timeout_idle) } else { base };
+                let lb = t0
+                    + if is_timeout(i) {
+                        base.min(timeout_idle)
+                    } else {
+                        base
+                    };
                 bounds[i].store(lb, SeqCst);
                 for _ in 0..(rng.next() % 20) {
                     let d = Duration::from_nanos(base + rng.next() % 2_000_000);
@@ -134,12 +144,14 @@ fn never_early(coarse: bool, rounds: usize) {
 
 #[test]
 fn never_early_under_concurrent_arming_full_clock() {
-    never_early(false, 2000);
+    never_early(false, 6, 2000);
 }
 
 #[test]
 fn never_early_under_concurrent_arming_coarse_clock() {
-    never_early(true, 3);
+    // A round waits about 4 s for its run, so the 18 trials are spread over 9 works and
+    // 2 rounds.
+    never_early(true, 9, 2);
 }
 
 /// After a storm of reschedule/cancel/touch/schedule from many threads, every work that is
