@@ -1,5 +1,5 @@
 //! A panic in a callback is caught, and a `tracing` error event names the work; every run
-//! has a span named after the work. Uses a process-wide subscriber, so it is alone in
+//! has a DEBUG span with the work's name, its deadline and its lateness. Uses a process-wide subscriber, so it is alone in
 //! this test binary.
 
 mod common;
@@ -35,11 +35,14 @@ fn a_panicking_work_emits_an_error_event_naming_it() {
             .unwrap_or_else(|| panic!("no error event for {name}: {errors:?}"));
         assert!(event.contains("callback exploded"), "{event}");
         let spans = capture.spans.lock().unwrap().clone();
-        assert!(
-            spans
-                .iter()
-                .any(|s| s.starts_with("nicework.run") && s.contains("work=steady"))
-        );
+        let run = spans
+            .iter()
+            .find(|s| s.starts_with("nicework.run ") && s.contains("work=steady "))
+            .unwrap_or_else(|| panic!("no run span for steady: {spans:?}"));
+        // DEBUG, with the deadline and how late the run started.
+        assert!(run.starts_with("nicework.run DEBUG "), "{run}");
+        assert!(run.contains("deadline=Instant"), "{run}");
+        assert!(run.contains("lateness="), "{run}");
         drop(good);
     }
 }

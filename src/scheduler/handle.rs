@@ -362,16 +362,17 @@ impl Scheduler {
 
 /// A build with `--cfg loom` but without nicework's `loom` feature: the user's loom model
 /// runs on nicework's std primitives and explores none of nicework's interleavings. Said
-/// once per process.
+/// once per process, as a `tracing` warning and on stderr: inside `loom::model` loom
+/// installs its own subscriber, which drops the warning unless `LOOM_LOG` is set.
 #[cfg(all(loom, not(feature = "loom")))]
 fn warn_loom_without_feature() {
+    const WARNING: &str = "nicework is built with --cfg loom but without its `loom` feature: \
+         it uses std's primitives, so a loom model explores none of nicework's interleavings; \
+         enable the feature in [target.'cfg(loom)'.dependencies]";
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        tracing::warn!(
-            "nicework is built with --cfg loom but without its `loom` feature: it uses std's \
-             primitives, so a loom model explores none of nicework's interleavings; enable \
-             the feature in [target.'cfg(loom)'.dependencies]"
-        );
+        tracing::warn!("{WARNING}");
+        eprintln!("warning: {WARNING}");
     });
 }
 

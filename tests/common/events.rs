@@ -1,5 +1,5 @@
 //! A process-wide `tracing` subscriber that keeps what nicework logs: error and warning
-//! events and the run spans, as `name=value ` strings. Each test binary is its own
+//! events and the run spans (name, level, then `name=value ` fields) as strings. Each test binary is its own
 //! process, so a binary that installs it gets every event of its tests.
 
 use std::sync::{Mutex, OnceLock};
@@ -36,7 +36,8 @@ impl Subscriber for Capture {
     }
 
     fn new_span(&self, span: &Attributes<'_>) -> Id {
-        let mut fields = Fields(format!("{} ", span.metadata().name()));
+        let metadata = span.metadata();
+        let mut fields = Fields(format!("{} {} ", metadata.name(), metadata.level()));
         span.record(&mut fields);
         let mut spans = self.0.spans.lock().unwrap();
         spans.push(fields.0);

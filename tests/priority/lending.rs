@@ -1,6 +1,6 @@
-//! Lending priority: `flush()` runs a pending work on the
-//! caller, raises a running worker only where the process may, and takes over `Yield`
-//! increments. The privileged paths run as root; the same checks re-run as user 65534
+//! Lending priority: `flush()` runs a pending work on the caller; `flush()`,
+//! `cancel_sync()` and drop raise a running worker only where the process may; `flush()`
+//! takes over `Yield` increments. The privileged paths run as root; the same checks re-run as user 65534
 //! (no right: the flusher only waits), and, in an ignored test that needs
 //! `CAP_SYS_RESOURCE`, as user 65534 with `RLIMIT_NICE` 15 (the worker is raised only as
 //! far as nice 5).
@@ -70,50 +70,78 @@ fn running_work(priority: Priority) -> RunningRun {
     }
 }
 
+/// The calls that wait for a run in progress, each of which lends.
+#[derive(Debug, Clone, Copy)]
+enum Waiter {
+    Flush,
+    CancelSync,
+    Drop,
+}
+
+const WAITERS: [Waiter; 3] = [Waiter::Flush, Waiter::CancelSync, Waiter::Drop];
+
 /// Flushes a work running on the worker and checks the raise and the restore against
 /// the scheduler's `raise_limit()`.
 fn check_flush_of_a_running_work(priority: Priority) {
-    let run = running_work(priority);
-    let worker = nicework::hooks::worker_tids(&run.sched)[0];
+    check_wait_for_a_running_work(priority, Waiter::Flush);
+}
+
+/// Waits for a work running on the worker with `waiter` and checks the raise and the
+/// restore against the scheduler's `raise_limit()`.
+fn check_wait_for_a_running_work(priority: Priority, waiter: Waiter) {
+    let RunningRun {
+        sched,
+        work,
+        started,
+        observed,
+    } = running_work(priority);
+    let worker = nicework::hooks::worker_tids(&sched)[0];
     let before = (nice_of(worker), policy_of(worker));
     let flusher_nice = current_nice();
-    assert!(run.work.flush());
-    let (seen_nice, seen_policy) = run.observed.lock().unwrap().expect("the run recorded");
-    let stats = run.sched.metrics().lending;
-    match run.sched.raise_limit() {
+    match waiter {
+        Waiter::Flush => assert!(work.flush()),
+        Waiter::CancelSync => assert!(!work.cancel_sync(), "running, not pending"),
+        Waiter::Drop => drop(work),
+    }
+    let (seen_nice, seen_policy) = observed
+        .lock()
+        .unwrap()
+        .unwrap_or_else(|| panic!("{waiter:?} returned before the run recorded"));
+    let stats = sched.metrics().lending;
+    match sched.raise_limit() {
         Some(limit) => {
             let expected = flusher_nice.max(limit);
             assert_eq!(
                 seen_nice, expected,
-                "raised to the flusher's nice, within the limit"
+                "{waiter:?}: raised to the waiter's nice, within the limit"
             );
             assert_eq!(
                 seen_policy,
                 libc::SCHED_OTHER,
-                "raised out of SCHED_IDLE too"
+                "{waiter:?}: raised out of SCHED_IDLE too"
             );
-            assert_eq!((stats.raised, stats.waited), (1, 0));
+            assert_eq!((stats.raised, stats.waited), (1, 0), "{waiter:?}");
         }
         None => {
             assert_eq!(
                 (seen_nice, seen_policy),
                 before,
-                "without the right nothing moves"
+                "{waiter:?}: without the right nothing moves"
             );
-            assert_eq!((stats.raised, stats.waited), (0, 1));
+            assert_eq!((stats.raised, stats.waited), (0, 1), "{waiter:?}");
         }
     }
     assert_eq!(
         (nice_of(worker), policy_of(worker)),
         before,
-        "the worker is back at its own priority when flush returns"
+        "{waiter:?}: the worker is back at its own priority when the wait returns"
     );
     assert_eq!(
         current_nice(),
         flusher_nice,
-        "the flusher's own nice is untouched"
+        "{waiter:?}: the waiter's own nice is untouched"
     );
-    assert!(run.started.try_recv().is_err(), "the work ran once");
+    assert!(started.try_recv().is_err(), "the work ran once");
 }
 
 #[test]
@@ -127,6 +155,18 @@ fn flush_raises_a_running_nice_19_worker_where_allowed_and_puts_it_back() {
 #[test]
 fn flush_raises_a_running_sched_idle_worker_where_allowed_and_puts_it_back() {
     check_flush_of_a_running_work(Priority::Idle);
+}
+
+#[test]
+fn cancel_sync_raises_the_run_it_waits_for_where_allowed_and_puts_it_back() {
+    check_wait_for_a_running_work(Priority::Nice(19), Waiter::CancelSync);
+    check_wait_for_a_running_work(Priority::Idle, Waiter::CancelSync);
+}
+
+#[test]
+fn drop_raises_the_run_it_waits_for_where_allowed_and_puts_it_back() {
+    check_wait_for_a_running_work(Priority::Nice(19), Waiter::Drop);
+    check_wait_for_a_running_work(Priority::Idle, Waiter::Drop);
 }
 
 #[test]
@@ -334,8 +374,10 @@ fn without_the_right_a_flusher_only_waits_as_uid_65534_needs_root_and_setpriv() 
             common::drop_rlimit_nice();
             let sched = Scheduler::new().unwrap();
             assert_eq!(sched.raise_limit(), None, "no CAP_SYS_NICE, RLIMIT_NICE 0");
-            check_flush_of_a_running_work(Priority::Nice(19));
-            check_flush_of_a_running_work(Priority::Idle);
+            for waiter in WAITERS {
+                check_wait_for_a_running_work(Priority::Nice(19), waiter);
+                check_wait_for_a_running_work(Priority::Idle, waiter);
+            }
         }
         Ok(AsNobody::Passed) => {}
         Err(reason) => println!("skipped: {reason}"),
@@ -357,8 +399,10 @@ fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sy
         AsNobody::Here => {
             let sched = Scheduler::new().unwrap();
             assert_eq!(sched.raise_limit(), Some(5), "RLIMIT_NICE 15 allows nice 5");
-            check_flush_of_a_running_work(Priority::Nice(19));
-            check_flush_of_a_running_work(Priority::Idle);
+            for waiter in WAITERS {
+                check_wait_for_a_running_work(Priority::Nice(19), waiter);
+                check_wait_for_a_running_work(Priority::Idle, waiter);
+            }
         }
         AsNobody::Passed => {}
     }

@@ -1,8 +1,10 @@
 //! Lending priority to a running work: the kernel's `flush_work_at_nice`, in user space.
 //!
-//! A thread that waits in [`Work::flush`](crate::Work::flush) for a run in progress on a
-//! worker raises that worker to the flusher's nice for the rest of the run, and the worker
-//! puts itself back when the run completes. The rules:
+//! A thread that waits for a run in progress on a worker, in
+//! [`Work::flush`](crate::Work::flush), [`Work::cancel_sync`](crate::Work::cancel_sync) or
+//! a `Work`'s drop, raises that worker to the waiter's nice for the rest of the run, and
+//! the worker puts itself back when the run completes. The rules (a "flusher" is any such
+//! waiter):
 //!
 //! - **Only with the right.** Lowering a nice value (or leaving `SCHED_IDLE`) needs
 //!   `CAP_SYS_NICE` or `RLIMIT_NICE`; [`raise_limit`](crate::Scheduler::raise_limit) is read
@@ -36,7 +38,7 @@ pub(crate) struct RunSlot {
     lent: Option<i32>,
 }
 
-/// How flushes of works met by a waiter went, in [`Scheduler::metrics`].
+/// How waits for runs went (`flush`, `cancel_sync` and drop), in [`Scheduler::metrics`].
 ///
 /// [`Scheduler::metrics`]: crate::Scheduler::metrics
 ///
@@ -58,10 +60,11 @@ pub struct LendingStats {
     /// Runs a flusher executed on its own thread, at its own priority: pending instances
     /// that had not started, and the increments of works returning `Next::Yield`.
     pub helped: u64,
-    /// Runs in progress on a worker that a flusher raised to its own nice.
+    /// Runs in progress on a worker that a waiter (`flush`, `cancel_sync`, drop) raised
+    /// to its own nice.
     pub raised: u64,
-    /// Runs in progress that a flusher waited for without raising them: no right to
-    /// raise, a flusher not above the worker, or a run on a non-worker thread.
+    /// Runs in progress that a waiter waited for without raising them: no right to
+    /// raise, a waiter not above the worker, or a run on a non-worker thread.
     pub waited: u64,
 }
 
@@ -176,6 +179,20 @@ impl Lending {
         slot.lent.take().map(|_| Restore {
             base_nice: slot.base_nice,
             base_idle: slot.base_idle,
+        })
+    }
+
+    /// [`lend`](Self::lend) with the calling thread's priority, for a waiter that waits
+    /// once (`cancel_sync` and drop).
+    pub(crate) fn lend_from_current_thread(
+        &mut self,
+        cell_address: usize,
+    ) -> Result<(), LendingFailure> {
+        self.lend(cell_address, || {
+            (
+                priority::current_nice().unwrap_or(0),
+                priority::current_is_idle(),
+            )
         })
     }
 

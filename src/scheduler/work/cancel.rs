@@ -122,6 +122,9 @@ impl Shared {
         };
         let address = frames::address(work);
         *core.cancel_waiters.entry(address).or_insert(0) += 1;
+        // Lend this thread's priority to the worker running it, where allowed, as `flush`
+        // does: a nice-0 thread dropping a work must not wait on a starved nice-19 run.
+        let lent = core.lending.lend_from_current_thread(address);
         core = self.wait_for_run(core, work);
         drop(waiting);
         let last_waiter = match core.cancel_waiters.get_mut(&address) {
@@ -148,6 +151,9 @@ impl Shared {
             Some(new)
         });
         drop(core);
+        if let Err(failure) = lent {
+            failure.log();
+        }
         (was_pending, released)
     }
 

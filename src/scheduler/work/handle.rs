@@ -34,6 +34,18 @@ use crate::scheduler::work::timeout::PRECISE_TOUCH;
 /// freed when its run ends), and a `tracing` warning names both works. Cycles across
 /// schedulers are found too.
 ///
+/// # How long a wait takes
+///
+/// A thread that waits for a run in progress on a worker (in `flush`, `cancel_sync` or
+/// drop) lends it its priority, as the kernel's `flush_work_at_nice`: where the process
+/// may raise a thread (`CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows the waiter's nice;
+/// see [`Scheduler::raise_limit`](crate::Scheduler::raise_limit)) the worker runs the rest
+/// of that run at the waiter's nice and goes back to its own after. Without that right
+/// the waiter only waits: a nice-19 (or `SCHED_IDLE`) run on a machine whose CPUs are
+/// busy gets a sliver of a CPU, so the wait can last many times the callback's own CPU
+/// time. Keep callbacks short, or cancel with [`cancel`](Self::cancel) where waiting is
+/// not needed.
+///
 /// # Panics in user code
 ///
 /// A panic in the callback is caught and poisons the work. So is a panic raised while
@@ -348,6 +360,9 @@ impl Work {
     /// refuses this run's own re-arm, and returns at once. The same holds where waiting
     /// would close a cycle of callbacks waiting for each other (see
     /// [Waiting from inside callbacks](Self#waiting-from-inside-callbacks)).
+    ///
+    /// The wait lends the caller's priority to the run where the process may, and
+    /// otherwise can take a while (see [How long a wait takes](Self#how-long-a-wait-takes)).
     ///
     /// # Examples
     ///

@@ -171,7 +171,14 @@ impl Shared {
         } = taken;
         let outcome = {
             let name = work.name();
-            let span = tracing::info_span!("nicework.run", work = name);
+            // DEBUG: a span per run is noise at scale unless asked for. The fields are
+            // only computed when a subscriber enables the span.
+            let span = tracing::debug_span!(
+                "nicework.run",
+                work = name,
+                deadline = ?self.instant_at(deadline_ns),
+                lateness = ?Duration::from_nanos(started_ns.saturating_sub(deadline_ns)),
+            );
             let _entered = span.enter();
             let header = work.header();
             let mut cx = Ctx {
