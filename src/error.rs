@@ -44,6 +44,10 @@ pub enum Error {
     Io(io::Error),
     /// The operation is not available in this build (real schedulers in loom models).
     Unsupported(&'static str),
+    /// A builder setting that only worker threads have (`workers`, `priority`) was set
+    /// for [`build_hosted`](crate::Builder::build_hosted): the host's own threads run a
+    /// hosted scheduler's works, at the host's priority.
+    NotHosted(&'static str),
 }
 
 impl fmt::Display for Error {
@@ -65,6 +69,10 @@ impl fmt::Display for Error {
             }
             Error::Io(source) => write!(f, "cannot start the scheduler: {source}"),
             Error::Unsupported(what) => write!(f, "unsupported: {what}"),
+            Error::NotHosted(setting) => write!(
+                f,
+                "{setting} does not apply to a hosted scheduler: the host's threads run its works"
+            ),
         }
     }
 }

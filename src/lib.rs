@@ -356,6 +356,6 @@ pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{
-    Builder, Ctx, LendingStats, MAX_SLACK, MAX_WORKERS, MIN_SLACK, Metrics, Next, ObjectRef,
-    Scheduler, Work, WorkStats, global,
+    Builder, Ctx, Driver, LendingStats, MAX_SLACK, MAX_WORKERS, MIN_SLACK, Metrics, Next,
+    ObjectRef, Scheduler, Work, WorkStats, global,
 };

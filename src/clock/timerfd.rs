@@ -6,6 +6,9 @@
 //! lock. `timerfd_settime` from any thread re-programs the timer a reader is already
 //! blocked on, so arming an earlier deadline needs no extra wakeup fd, and an expiry that
 //! happens before the reader blocks is kept in the fd's counter, so none is lost.
+//!
+//! A hosted scheduler (`build_hosted`) opens its timerfd non-blocking: the host polls the
+//! `Driver`'s end for readability, and `run_due` drains it without blocking.
 
 use std::io;
 use std::os::fd::{AsFd, FromRawFd, IntoRawFd};
@@ -29,6 +32,13 @@ impl TimerSource {
     pub(crate) fn new() -> io::Result<Self> {
         Ok(TimerSource {
             fd: TimerFd::new_custom(ClockId::Monotonic, false, true)?,
+        })
+    }
+
+    /// A timer whose reads never block, for a hosted scheduler's `Driver`.
+    pub(crate) fn new_nonblocking() -> io::Result<Self> {
+        Ok(TimerSource {
+            fd: TimerFd::new_custom(ClockId::Monotonic, true, true)?,
         })
     }
 
@@ -58,5 +68,17 @@ impl TimerReader {
     /// Blocks until the timer fires.
     pub(crate) fn wait(&self) {
         self.fd.read();
+    }
+
+    /// Clears a non-blocking timer's expirations, so the descriptor is readable again
+    /// only at the next one.
+    pub(crate) fn drain(&self) {
+        self.fd.read();
+    }
+}
+
+impl AsFd for TimerReader {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::clock::nanos;
 use crate::scheduler::shared::Config;
-use crate::{Error, Priority, Scheduler};
+use crate::{Driver, Error, Priority, Scheduler};
 
 /// Most worker threads one scheduler may have.
 pub const MAX_WORKERS: usize = 256;
@@ -40,6 +40,8 @@ pub struct Builder {
     workers: usize,
     slack: Duration,
     back_off: bool,
+    /// The first setting made that only worker threads have, refused by `build_hosted`.
+    thread_setting: Option<&'static str>,
 }
 
 impl Default for Builder {
@@ -50,6 +52,7 @@ impl Default for Builder {
             workers: 1,
             slack: DEFAULT_SLACK,
             back_off: true,
+            thread_setting: None,
         }
     }
 }
@@ -64,6 +67,7 @@ impl Builder {
     /// Worker priority, [`Priority::Nice(19)`](Priority::Nice) by default.
     pub fn priority(mut self, priority: Priority) -> Self {
         self.priority = priority;
+        self.thread_setting.get_or_insert("priority");
         self
     }
 
@@ -71,6 +75,7 @@ impl Builder {
     /// [`build`](Self::build): 0 or more than [`MAX_WORKERS`] is an error.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
+        self.thread_setting.get_or_insert("workers");
         self
     }
 
@@ -138,6 +143,52 @@ impl Builder {
         start(config)
     }
 
+    /// Builds a hosted scheduler: no nicework thread. The host's own event loop or async
+    /// runtime runs the works through the returned [`Driver`] (see its docs for the
+    /// loop), on the host's threads and at their priority. Time is the real clock, so
+    /// `touch`, `schedule` and every other arm from any thread are exact, and an
+    /// [`IdSpace`](crate::IdSpace)'s compaction runs under the host's
+    /// [`run_due`](Driver::run_due) like any other work. Dropping the `Driver` shuts the
+    /// scheduler down.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::NotHosted`] when [`workers`](Self::workers) or
+    ///   [`priority`](Self::priority) was set: the host's threads run the works;
+    /// - [`Error::InvalidName`] for a name with a NUL byte;
+    /// - [`Error::Io`] when the timer cannot be created;
+    /// - [`Error::Unsupported`] in loom builds, where only [`Scheduler::manual`] exists.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Error, Next, Scheduler};
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// let work = sched.every(Duration::from_millis(1), |_| Next::Park);
+    /// let due = driver.next_deadline().expect("armed");
+    /// std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+    /// while driver.run_due() == 0 {
+    ///     std::thread::sleep(Duration::from_millis(1)); // up to the slack later
+    /// }
+    /// assert_eq!(work.stats().runs, 1);
+    /// assert!(matches!(
+    ///     Scheduler::builder().workers(2).build_hosted(),
+    ///     Err(Error::NotHosted("workers"))
+    /// ));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn build_hosted(self) -> Result<(Scheduler, Driver), Error> {
+        if let Some(setting) = self.thread_setting {
+            return Err(Error::NotHosted(setting));
+        }
+        let mut config = self.validate()?;
+        config.workers = 0;
+        config.hosted = true;
+        start_hosted(config)
+    }
+
     fn validate(self) -> Result<Config, Error> {
         if self.workers == 0 || self.workers > MAX_WORKERS {
             return Err(Error::InvalidWorkers(self.workers));
@@ -153,6 +204,7 @@ impl Builder {
             slack_ns: nanos(self.slack.clamp(MIN_SLACK, MAX_SLACK))
                 .next_multiple_of(crate::scheduler::work::state::DEADLINE_UNIT_NS),
             back_off: self.back_off,
+            hosted: false,
         })
     }
 
@@ -162,6 +214,27 @@ impl Builder {
             .validate()
             .expect("the default configuration is valid")
     }
+}
+
+#[cfg(all(loom, feature = "loom"))]
+fn start_hosted(_config: Config) -> Result<(Scheduler, Driver), Error> {
+    Err(Error::Unsupported(
+        "hosted schedulers in loom models; use Scheduler::manual()",
+    ))
+}
+
+#[cfg(not(all(loom, feature = "loom")))]
+fn start_hosted(config: Config) -> Result<(Scheduler, Driver), Error> {
+    use std::sync::Arc;
+
+    use crate::clock::timerfd::TimerSource;
+    use crate::scheduler::shared::Shared;
+
+    let source = TimerSource::new_nonblocking()?;
+    let reader = source.reader()?;
+    let shared = Arc::new(Shared::new(config, Some(source), None));
+    let driver = Driver::new(shared.clone(), reader);
+    Ok((Scheduler::owning(shared), driver))
 }
 
 #[cfg(all(loom, feature = "loom"))]

@@ -129,8 +129,15 @@ impl Scheduler {
         Builder::default().build()
     }
 
-    /// A scheduler without threads, in virtual time: nothing runs until
-    /// [`advance`](Self::advance) (or a [`Work::flush`]) runs it on the calling thread.
+    /// A scheduler without threads, in virtual time, for tests: nothing runs until
+    /// [`advance`](Self::advance) (or a [`Work::flush`]) runs it on the calling thread,
+    /// and time moves only by `advance`.
+    ///
+    /// Do not drive it from a real event loop: every `touch()`, `schedule()` and
+    /// deadline is stamped with the virtual clock, which stands still between `advance`
+    /// calls, so a timeout touched from another thread every 50 ms still reaps on the
+    /// virtual schedule, and lateness adds up. A host's own loop uses
+    /// [`Builder::build_hosted`], whose time is the real clock.
     ///
     /// # Examples
     ///
@@ -224,7 +231,7 @@ impl Scheduler {
     ///
     /// # Panics
     ///
-    /// On a scheduler with worker threads: its time is the real clock, which `advance`
+    /// On a threaded or hosted scheduler: its time is the real clock, which `advance`
     /// cannot move. Tests that drive time use [`Scheduler::manual`] (as tokio's
     /// `time::advance` panics when time is not paused).
     ///
@@ -245,7 +252,7 @@ impl Scheduler {
         }
         assert!(
             self.is_manual(),
-            "Scheduler::advance called on a scheduler with worker threads: its time is the \
+            "Scheduler::advance called on a threaded or hosted scheduler: its time is the \
              real clock; make the scheduler with Scheduler::manual() to drive time in a test"
         );
         self.shared().advance(self, by)

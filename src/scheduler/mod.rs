@@ -1,5 +1,5 @@
-//! The scheduler: its handle, builder and worker loop, `global()`, its diagnostics, and
-//! the state it shares with its works and workers.
+//! The scheduler: its handle, builder, worker loop and hosted driver, `global()`, its
+//! diagnostics, and the state it shares with its works and workers.
 //!
 //! - [`handle`]: [`Scheduler`], the owning handle (and the non-owning one callbacks see).
 //! - [`builder`]: [`Builder`] and the limits it enforces.
@@ -7,6 +7,7 @@
 //!   the core lock and what it guards, the commit of an arm under it, the timerfd, and
 //!   shutdown.
 //! - [`worker`]: the worker thread loop (leader/follower over one timerfd).
+//! - [`driver`]: [`Driver`], how a host's own loop runs a hosted scheduler's works.
 //! - [`backoff`]: how a worker backs off between `Yield` increments while every CPU is
 //!   busy.
 //! - [`global`](mod@global): [`global()`], the lazily started default scheduler.
@@ -30,6 +31,7 @@
 pub(crate) mod backoff;
 pub(crate) mod builder;
 mod chunked;
+mod driver;
 mod global;
 pub(crate) mod handle;
 mod metrics;
@@ -39,6 +41,7 @@ pub(crate) mod work;
 pub(crate) mod worker;
 
 pub use builder::{Builder, MAX_SLACK, MAX_WORKERS, MIN_SLACK};
+pub use driver::Driver;
 pub use global::global;
 pub use handle::Scheduler;
 pub use metrics::Metrics;

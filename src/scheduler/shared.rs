@@ -3,6 +3,7 @@
 //! rules are in the [module docs](super).
 
 use std::collections::{HashMap, HashSet};
+use std::task::Waker;
 use std::time::Instant;
 
 use super::WorkRef;
@@ -22,6 +23,9 @@ use crate::timer::Timers;
 /// clock.
 const COARSE_DELAY_FACTOR: u64 = 100;
 
+/// `Shared::host_wake_ns` when nothing is armed.
+pub(crate) const NO_HOST_WAKE: u64 = u64::MAX;
+
 /// Stale timer entries tolerated beyond half the structure before a sweep.
 const SWEEP_FLOOR: usize = 1024;
 
@@ -38,6 +42,9 @@ pub(crate) struct Config {
     pub(super) slack_ns: u64,
     /// I: whether workers back off between `Yield` increments.
     pub(super) back_off: bool,
+    /// I: a hosted scheduler (`build_hosted`): no workers, the host's `Driver` runs
+    /// the works, and the timerfd is the host's to poll.
+    pub(super) hosted: bool,
 }
 
 /// Everything the one core lock guards: every field is `L:` (the guard tags are in the
@@ -70,6 +77,67 @@ pub(crate) struct Core {
     pub(super) stale_entries: usize,
     /// L: the disable count of each work whose state has `DISABLED` (by address).
     pub(super) disable_counts: HashMap<usize, u64>,
+    /// L: a hosted scheduler's waker (`Driver::set_waker`).
+    pub(super) host_waker: Option<Waker>,
+    /// L: a wake of `host_waker` owed to the host, made by [`CoreGuard`]'s drop once the
+    /// lock is released (a waker is user code).
+    pub(super) host_wake: Option<Waker>,
+}
+
+/// The core lock's guard. Dropping it releases the lock, then wakes a hosted scheduler's
+/// waker if an arm under the lock owed the host a wake, so no waker runs under the lock
+/// (a waker may call into nicework, on this thread or another).
+pub(crate) struct CoreGuard<'a> {
+    guard: std::mem::ManuallyDrop<MutexGuard<'a, Core>>,
+}
+
+impl<'a> CoreGuard<'a> {
+    fn new(guard: MutexGuard<'a, Core>) -> Self {
+        CoreGuard {
+            guard: std::mem::ManuallyDrop::new(guard),
+        }
+    }
+
+    /// Waits on `condvar` with the lock (as `Condvar::wait`); a wake owed to the host
+    /// is made first, as at any release of the lock.
+    pub(crate) fn wait(mut self, condvar: &Condvar) -> Self {
+        let owed = self.guard.host_wake.take();
+        // SAFETY: `self.guard` is taken out once and `self` is forgotten, so its drop
+        // never touches it again.
+        let guard = unsafe { std::mem::ManuallyDrop::take(&mut self.guard) };
+        std::mem::forget(self);
+        if let Some(waker) = owed {
+            // Woken with the lock held: the wait below releases it at once, and a waker
+            // that calls into nicework blocks on the lock only until then.
+            waker.wake();
+        }
+        CoreGuard::new(crate::sync::wait(condvar, guard))
+    }
+}
+
+impl std::ops::Deref for CoreGuard<'_> {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for CoreGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        &mut self.guard
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        let owed = self.guard.host_wake.take();
+        // SAFETY: this is the guard's drop; it is not used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
+        if let Some(waker) = owed {
+            waker.wake();
+        }
+    }
 }
 
 /// A scheduler's shared state, one per scheduler, reached through `Arc` by its handles,
@@ -97,6 +165,12 @@ pub(crate) struct Shared {
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// T: the workers' kernel thread ids; filled by `build()`.
     pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+    /// A (written under the core lock, read by a hosted scheduler's `Driver` without
+    /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
+    /// none. Never later than the earliest armed deadline rounded up to the slack: every
+    /// locked arm that moves it earlier lowers it (`kick`), a lock-free arm only moves a
+    /// deadline later, and `run_due` recomputes it.
+    pub(super) host_wake_ns: AtomicU64,
     /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
@@ -131,6 +205,8 @@ impl Shared {
                 cancel_waiters: HashMap::new(),
                 disable_counts: HashMap::new(),
                 stale_entries: 0,
+                host_waker: None,
+                host_wake: None,
             }),
             run_done: Condvar::new(),
             idle: Condvar::new(),
@@ -140,6 +216,7 @@ impl Shared {
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
             worker_tids: std::sync::Mutex::new(Vec::new()),
+            host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             fork_generation: crate::fork::generation(),
         }
     }
@@ -153,14 +230,14 @@ impl Shared {
 
     /// The core lock, for workers and the paths they run (which never exist in a forked
     /// child). Entry points callable from user threads use `lock_unless_forked`.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
-        lock(&self.core)
+    pub(crate) fn lock(&self) -> CoreGuard<'_> {
+        CoreGuard::new(lock(&self.core))
     }
 
     /// The core lock, or `None` in a `fork()`ed child, where the lock may have been held
     /// at the fork by a thread that no longer exists and the scheduler is inert (see
     /// `fork`). Every operation a user thread can call takes the lock through this.
-    pub(crate) fn lock_unless_forked(&self) -> Option<MutexGuard<'_, Core>> {
+    pub(crate) fn lock_unless_forked(&self) -> Option<CoreGuard<'_>> {
         (!self.is_forked_copy()).then(|| self.lock())
     }
 
@@ -358,9 +435,18 @@ impl Shared {
         }
     }
 
-    /// Makes sure some worker will look at a deadline it may not know about yet.
+    /// Makes sure some worker (or a hosted scheduler's host) will look at a deadline it
+    /// may not know about yet.
     pub(super) fn kick(&self, core: &mut Core, deadline_ns: u64, now_ns: u64) {
         if core.shutdown || core.timer.is_none() {
+            return;
+        }
+        if self.config.hosted {
+            let wake_ns = self.wake_for(deadline_ns, now_ns);
+            if core.programmed_ns.is_none_or(|at| wake_ns < at) {
+                self.program(core, Some(wake_ns), now_ns);
+                core.host_wake.clone_from(&core.host_waker);
+            }
             return;
         }
         if deadline_ns <= now_ns && core.idle_workers > 0 {
@@ -371,15 +457,21 @@ impl Shared {
             // Every worker is busy; the next one to finish looks at the structure first.
             return;
         }
-        let wake_ns = if deadline_ns <= now_ns {
+        let wake_ns = self.wake_for(deadline_ns, now_ns);
+        if core.programmed_ns.is_none_or(|at| wake_ns < at) {
+            self.program(core, Some(wake_ns), now_ns);
+        }
+    }
+
+    /// When to wake for `deadline_ns`: now if it passed, else rounded up to the slack,
+    /// so neighbouring deadlines share the wakeup.
+    fn wake_for(&self, deadline_ns: u64, now_ns: u64) -> u64 {
+        if deadline_ns <= now_ns {
             now_ns
         } else {
             deadline_ns
                 .div_ceil(self.slack_ns())
                 .saturating_mul(self.slack_ns())
-        };
-        if core.programmed_ns.is_none_or(|at| wake_ns < at) {
-            self.program(core, Some(wake_ns), now_ns);
         }
     }
 
@@ -409,6 +501,10 @@ impl Shared {
                 None => timer.disarm(),
             }
             core.programmed_ns = wake_ns;
+            if self.config.hosted {
+                self.host_wake_ns
+                    .store(wake_ns.unwrap_or(NO_HOST_WAKE), Ordering::Release);
+            }
         }
     }
 
@@ -455,6 +551,12 @@ impl Shared {
             timer.program(1);
         }
         core.programmed_ns = None;
+        if self.config.hosted {
+            // The host looks once more (its `run_due` then returns 0) and is never woken
+            // again.
+            self.host_wake_ns.store(NO_HOST_WAKE, Ordering::Release);
+            core.host_wake = core.host_waker.take();
+        }
         drop(core);
         // Closures are user code: dropped outside the lock, contained.
         for work in ended {

@@ -29,7 +29,7 @@ use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::work::run::Executed;
 use crate::scheduler::work::state::units_to_ns;
-use crate::sync::{thread_local, wait};
+use crate::sync::thread_local;
 
 thread_local! {
     /// The scheduler this thread is a worker of, so shutdown never joins itself.
@@ -121,7 +121,7 @@ pub(crate) fn main(
             continue;
         }
         core.idle_workers += 1;
-        core = wait(&shared.idle, core);
+        core = core.wait(&shared.idle);
         core.idle_workers -= 1;
     }
     // Leave the poller role to another exiting worker.

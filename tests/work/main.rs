@@ -13,6 +13,7 @@
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
+//! - `hosted`: Hosted schedulers: the host's thread runs the works through the `Driver`.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
@@ -43,6 +44,7 @@ mod containment_levels;
 mod detach;
 mod faults;
 mod flush_scope;
+mod hosted;
 mod lock_free_arming;
 mod manual;
 mod manual_ticks;

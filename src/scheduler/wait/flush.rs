@@ -7,13 +7,13 @@ use std::sync::Arc;
 
 use crate::scheduler::WorkRef;
 use crate::scheduler::handle::Handle;
-use crate::scheduler::shared::{Core, Shared};
+use crate::scheduler::shared::{CoreGuard, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::run::{Executed, Taken, leave_forked_child};
 use crate::scheduler::work::state::{
     FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, YIELDED,
 };
-use crate::sync::{MutexGuard, load_ordered_after_seqcst_writes, wait};
+use crate::sync::load_ordered_after_seqcst_writes;
 
 impl Shared {
     /// Waits until the run in progress (`RUNNING` is set when this is called) has
@@ -21,13 +21,13 @@ impl Shared {
     /// the core lock as they complete, and the run in progress is not counted yet.
     pub(crate) fn wait_for_run<'a>(
         &'a self,
-        mut core: MutexGuard<'a, Core>,
+        mut core: CoreGuard<'a>,
         work: &WorkRef,
-    ) -> MutexGuard<'a, Core> {
+    ) -> CoreGuard<'a> {
         let done_at = work.header().stats.runs() + 1;
         core.run_waiters += 1;
         while work.header().state.load().has(RUNNING) && work.header().stats.runs() < done_at {
-            core = wait(&self.run_done, core);
+            core = core.wait(&self.run_done);
         }
         core.run_waiters -= 1;
         core

@@ -118,6 +118,17 @@ impl Shared {
     /// Takes the first ready work that is due and not running elsewhere. A due work that
     /// is still running loses its entry and gets a new one when its run completes.
     pub(crate) fn take_ready(&self, core: &mut Core, now_ns: u64) -> Option<Taken> {
+        self.take_ready_skipping(core, now_ns, |_| false)
+    }
+
+    /// [`take_ready`](Self::take_ready), leaving the due works that `skip` names (by
+    /// address) for the wheel's next tick: a hosted `run_due` runs each work at most once.
+    pub(crate) fn take_ready_skipping(
+        &self,
+        core: &mut Core,
+        now_ns: u64,
+        skip: impl Fn(usize) -> bool,
+    ) -> Option<Taken> {
         let now = now_units(now_ns);
         while let Some((placed, entry)) = core.timers.pop_ready() {
             loop {
@@ -131,6 +142,10 @@ impl Shared {
                         // Moved later (lock-free) since it was queued: still due, but
                         // behind works due before it. Queue it again in its place.
                         core.timers.insert(entry, due, now);
+                        break;
+                    }
+                    Class::Due(_, due, _) if skip(entry.work().address()) => {
+                        core.timers.defer(entry, due);
                         break;
                     }
                     Class::Due(state, due, touch_stamp) => {

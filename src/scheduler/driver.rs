@@ -1,0 +1,245 @@
+//! [`Driver`]: how a host's own event loop or async runtime runs a hosted scheduler's
+//! works (`Builder::build_hosted`), with no nicework thread.
+//!
+//! The host learns when to look from three sources, any of which suffices:
+//! - [`Driver::next_deadline`], for a loop that sleeps with a timeout or a runtime timer;
+//! - the waker ([`Driver::set_waker`]), woken from the arming thread whenever the next
+//!   deadline may have moved earlier;
+//! - on Linux, the descriptor ([`AsFd`]): a non-blocking timerfd programmed for the next
+//!   deadline, so it turns readable once that deadline passes, also when an arm from
+//!   another thread moved it earlier. An epoll or mio loop needs nothing else.
+//!
+//! # Invariants
+//!
+//! - `Shared::host_wake_ns` (what `next_deadline` reads, without the lock) is never later
+//!   than the earliest armed deadline rounded up to the slack: a locked arm that moves the
+//!   earliest deadline earlier lowers it in `Shared::kick`, under the core lock, before
+//!   the arm returns; a lock-free arm only ever moves a deadline later than its entry; and
+//!   `run_due` recomputes it from the wheel before it returns. So `run_due`'s lock-free
+//!   test "the next wake is after now" never skips a due work.
+//! - The waker is woken after the core lock is released (`CoreGuard`'s drop), never under
+//!   it, so a waker may call back into nicework.
+//! - `run_due` runs each work at most once per call: a work that re-arms itself due at
+//!   once (`Next::Yield`, a zero-delay `reschedule` from its callback) is left for the
+//!   wheel's next tick, so the host always gets control back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Waker;
+use std::time::Instant;
+
+use crate::clock::timerfd::TimerReader;
+use crate::scheduler::handle::Handle;
+use crate::scheduler::shared::{NO_HOST_WAKE, Shared};
+use crate::scheduler::wait::frames;
+use crate::scheduler::work::run::{Executed, leave_forked_child, now_units};
+use crate::scheduler::work::state::units_to_ns;
+
+/// Runs a hosted scheduler's works on the host's threads: returned with its
+/// [`Scheduler`](crate::Scheduler) by [`Builder::build_hosted`](crate::Builder::build_hosted).
+///
+/// A host loop calls [`run_due`](Self::run_due) whenever it wakes, and sleeps until
+/// [`next_deadline`](Self::next_deadline), or until the waker it registered with
+/// [`set_waker`](Self::set_waker) is woken, or (on Linux) until the driver's descriptor is
+/// readable. Works run on the thread that calls `run_due`, at its priority, in deadline
+/// order. `Driver` is `Send + Sync` and not `Clone`: one host runs the works (two threads
+/// calling `run_due` at once still never run one work twice at the same time).
+///
+/// Dropping the `Driver` shuts the scheduler down, as dropping the last handle of a
+/// threaded scheduler does: armed works are cancelled, a detached work's life ends, and
+/// every later arm returns `false`. A run in progress on another thread finishes first.
+///
+/// # Examples
+///
+/// A plain loop (a real host sleeps in its own event loop instead):
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use nicework::{Next, Scheduler};
+///
+/// let (sched, driver) = Scheduler::builder().build_hosted()?;
+/// let work = sched.every(Duration::from_millis(2), |_| Next::Again);
+/// while work.stats().runs < 3 {
+///     driver.run_due();
+///     let until = driver.next_deadline().expect("the work re-arms");
+///     std::thread::sleep(until.saturating_duration_since(Instant::now()));
+/// }
+/// # Ok::<(), nicework::Error>(())
+/// ```
+pub struct Driver {
+    shared: Arc<Shared>,
+    /// The host's end of the scheduler's timerfd (non-blocking).
+    timer: TimerReader,
+}
+
+impl Driver {
+    pub(crate) fn new(shared: Arc<Shared>, timer: TimerReader) -> Self {
+        Driver { shared, timer }
+    }
+
+    /// When the host should call [`run_due`](Self::run_due) next: never later than the
+    /// earliest deadline of any armed work (an [`IdSpace`](crate::IdSpace)'s compaction
+    /// included) rounded up to the slack; sometimes earlier, for far deadlines the timer
+    /// wheel keeps at a coarser grain, or a deadline moved later since. `None` when
+    /// nothing is armed, and once the scheduler is shut down. One atomic load, no lock.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// assert_eq!(driver.next_deadline(), None);
+    /// let work = sched.work(|_| Next::Park);
+    /// work.schedule(Duration::from_secs(1));
+    /// assert!(driver.next_deadline().unwrap() >= work.deadline().unwrap());
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let wake_ns = self.shared.host_wake_ns.load(Ordering::Acquire);
+        (wake_ns != NO_HOST_WAKE && !self.shared.is_forked_copy())
+            .then(|| self.shared.instant_at(wake_ns))
+    }
+
+    /// Runs every work due now on the calling thread, in deadline order, each at most once
+    /// (a `Next::Yield` runs its next increment at the next call), and returns how many
+    /// runs it made. Works that come due while it runs wait for the next call.
+    ///
+    /// Returns 0 at once when nothing is due (one clock read and one atomic load, no
+    /// lock), after the scheduler was shut down, in a `fork()`ed child, and when called
+    /// from inside a work's callback (of any scheduler): a callback that drives its own
+    /// host would run works inside works.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// let work = sched.work(|_| Next::Park);
+    /// work.schedule(Duration::ZERO);
+    /// assert_eq!(driver.run_due(), 1);
+    /// assert_eq!(driver.run_due(), 0);
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn run_due(&self) -> usize {
+        let shared = &self.shared;
+        let wake_ns = shared.host_wake_ns.load(Ordering::Acquire);
+        if wake_ns != NO_HOST_WAKE && wake_ns > shared.now_ns() {
+            // The descriptor is not readable either: every programming of the timer for
+            // a later time cleared its expirations.
+            return 0;
+        }
+        if frames::in_callback() {
+            return 0;
+        }
+        let Some(mut core) = shared.lock_unless_forked() else {
+            return 0;
+        };
+        self.timer.drain();
+        if core.shutdown {
+            return 0;
+        }
+        let now = shared.now_ns();
+        let handle = Handle::new(shared.clone());
+        let scheduler = handle.as_scheduler();
+        let mut ran = HashSet::new();
+        let mut runs = 0;
+        loop {
+            shared.expire(&mut core, now);
+            let Some(taken) =
+                shared.take_ready_skipping(&mut core, now, |work| ran.contains(&work))
+            else {
+                break;
+            };
+            ran.insert(taken.work.address());
+            drop(core);
+            let executed = shared.execute(scheduler, taken, now, None);
+            runs += 1;
+            if executed == Executed::InForkedChild {
+                return leave_forked_child(runs);
+            }
+            core = shared.lock();
+        }
+        // Program the timer afresh, even for the wake it was set to: its expiry was
+        // drained above, so only a new programming makes it readable again.
+        let wake = core.timers.next_wake(now_units(now)).map(units_to_ns);
+        core.programmed_ns = None;
+        if core.shutdown {
+            return runs;
+        }
+        shared.program(&mut core, wake, shared.now_ns());
+        if wake.is_none() {
+            shared.host_wake_ns.store(NO_HOST_WAKE, Ordering::Release);
+        }
+        runs
+    }
+
+    /// Registers the waker to wake, from the arming thread, whenever
+    /// [`next_deadline`](Self::next_deadline) may have moved earlier, and once at
+    /// shutdown. It replaces the previous one; a wake already on its way goes to the one
+    /// it was taken from. Register, then read `next_deadline`: an arm before the
+    /// registration shows there, and every arm after it wakes this waker. It is woken
+    /// with no nicework lock held, so it may call into nicework.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::task::{Wake, Waker};
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// struct Count(AtomicUsize);
+    /// impl Wake for Count {
+    ///     fn wake(self: Arc<Self>) {
+    ///         self.0.fetch_add(1, Ordering::SeqCst);
+    ///     }
+    /// }
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// let wakes = Arc::new(Count(AtomicUsize::new(0)));
+    /// driver.set_waker(Waker::from(wakes.clone()));
+    /// let work = sched.work(|_| Next::Park);
+    /// work.schedule(Duration::from_secs(1)); // the first deadline: the host must know
+    /// assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+    /// work.reschedule(Duration::from_secs(2)); // later: nothing to tell
+    /// assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn set_waker(&self, waker: Waker) {
+        if let Some(mut core) = self.shared.lock_unless_forked() {
+            if !core.shutdown {
+                core.host_waker = Some(waker);
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsFd for Driver {
+    /// The scheduler's timerfd, non-blocking: readable once the next deadline passes
+    /// (also when an arm from another thread moved it earlier). [`run_due`](Driver::run_due)
+    /// clears it; never read it yourself.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.timer.as_fd()
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("next_deadline", &self.next_deadline())
+            .finish_non_exhaustive()
+    }
+}
