@@ -79,9 +79,40 @@ pub(crate) struct Core {
     pub(super) disable_counts: HashMap<usize, u64>,
     /// L: a hosted scheduler's waker (`Driver::set_waker`).
     pub(super) host_waker: Option<Waker>,
-    /// L: a wake of `host_waker` owed to the host, made by [`CoreGuard`]'s drop once the
-    /// lock is released (a waker is user code).
-    pub(super) host_wake: Option<Waker>,
+    /// L: the wakers of futures (`cancel_async`, `drop_async`) waiting for the end of a
+    /// run, by the running work's address; a run's completion moves its own to
+    /// `owed_wakes`.
+    pub(crate) run_wakers: Vec<RunWaker>,
+    /// L: wakes owed (to the host's waker, to futures whose run ended), made by
+    /// [`CoreGuard`]'s drop once the lock is released: a waker is user code.
+    pub(crate) owed_wakes: Vec<Waker>,
+}
+
+/// A future's waker, waiting for the end of the run of the work at `work`.
+#[derive(Debug)]
+pub(crate) struct RunWaker {
+    pub(crate) work: usize,
+    /// Tells one future's registration from another's, so a re-poll replaces it.
+    pub(crate) id: usize,
+    pub(crate) waker: Waker,
+}
+
+impl Core {
+    /// Moves the wakers waiting for the end of `work`'s run to the owed wakes.
+    pub(crate) fn run_ended(&mut self, work: usize) {
+        if self.run_wakers.is_empty() {
+            return;
+        }
+        let mut index = 0;
+        while index < self.run_wakers.len() {
+            if self.run_wakers[index].work == work {
+                let ended = self.run_wakers.swap_remove(index);
+                self.owed_wakes.push(ended.waker);
+            } else {
+                index += 1;
+            }
+        }
+    }
 }
 
 /// The core lock's guard. Dropping it releases the lock, then wakes a hosted scheduler's
@@ -101,16 +132,14 @@ impl<'a> CoreGuard<'a> {
     /// Waits on `condvar` with the lock (as `Condvar::wait`); a wake owed to the host
     /// is made first, as at any release of the lock.
     pub(crate) fn wait(mut self, condvar: &Condvar) -> Self {
-        let owed = self.guard.host_wake.take();
+        let owed = std::mem::take(&mut self.guard.owed_wakes);
         // SAFETY: `self.guard` is taken out once and `self` is forgotten, so its drop
         // never touches it again.
         let guard = unsafe { std::mem::ManuallyDrop::take(&mut self.guard) };
         std::mem::forget(self);
-        if let Some(waker) = owed {
-            // Woken with the lock held: the wait below releases it at once, and a waker
-            // that calls into nicework blocks on the lock only until then.
-            waker.wake();
-        }
+        // Woken with the lock held: the wait below releases it at once, and a waker that
+        // calls into nicework blocks on the lock only until then.
+        owed.into_iter().for_each(Waker::wake);
         CoreGuard::new(crate::sync::wait(condvar, guard))
     }
 }
@@ -131,12 +160,15 @@ impl std::ops::DerefMut for CoreGuard<'_> {
 
 impl Drop for CoreGuard<'_> {
     fn drop(&mut self) {
-        let owed = self.guard.host_wake.take();
-        // SAFETY: this is the guard's drop; it is not used again.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
-        if let Some(waker) = owed {
-            waker.wake();
+        if self.guard.owed_wakes.is_empty() {
+            // SAFETY: this is the guard's drop; it is not used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
+            return;
         }
+        let owed = std::mem::take(&mut self.guard.owed_wakes);
+        // SAFETY: as above.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
+        owed.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -206,7 +238,8 @@ impl Shared {
                 disable_counts: HashMap::new(),
                 stale_entries: 0,
                 host_waker: None,
-                host_wake: None,
+                run_wakers: Vec::new(),
+                owed_wakes: Vec::new(),
             }),
             run_done: Condvar::new(),
             idle: Condvar::new(),
@@ -445,7 +478,9 @@ impl Shared {
             let wake_ns = self.wake_for(deadline_ns, now_ns);
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
-                core.host_wake.clone_from(&core.host_waker);
+                if let Some(waker) = &core.host_waker {
+                    core.owed_wakes.push(waker.clone());
+                }
             }
             return;
         }
@@ -555,7 +590,9 @@ impl Shared {
             // The host looks once more (its `run_due` then returns 0) and is never woken
             // again.
             self.host_wake_ns.store(NO_HOST_WAKE, Ordering::Release);
-            core.host_wake = core.host_waker.take();
+            if let Some(waker) = core.host_waker.take() {
+                core.owed_wakes.push(waker);
+            }
         }
         drop(core);
         // Closures are user code: dropped outside the lock, contained.

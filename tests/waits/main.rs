@@ -1,5 +1,5 @@
-//! Waits between works: wait cycles (direct, mixed, across schedulers) and `run_chunked`,
-//! whose helpers wait on behalf of the caller.
+//! Waits between works: wait cycles (direct, mixed, across schedulers), `run_chunked`,
+//! whose helpers wait on behalf of the caller, and waits that block no thread.
 //!
 //! One test binary, a module per behaviour.
 //! - `chunked`: `Scheduler::run_chunked`.
@@ -11,6 +11,7 @@
 //! - `cycles`: Wait cycles.
 //! - `mixed_cycles`: Wait cycles that mix `flush`, `cancel_sync` and drop, pass through a
 //!   nested run or span three schedulers, are broken;
+//! - `without_blocking`: `cancel_async` and `drop_async`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,3 +21,4 @@ mod chunked_cycles;
 mod chunked_helper_cycles;
 mod cycles;
 mod mixed_cycles;
+mod without_blocking;

@@ -6,12 +6,14 @@
 //!   waiting for each other.
 //! - [`flush`]: `flush`, and the wait for the end of a run that `cancel_sync`, drop and
 //!   `flush` share.
-//! - [`lending`]: priority lending: a flusher raises the worker running what it waits
+//! - [`lending`]: priority lending: a waiter raises the worker running what it waits
 //!   for, where the process may.
+//! - [`futures`]: waiting without blocking a thread (`cancel_async`, `drop_async`).
 
 pub(crate) mod cycles;
 pub(crate) mod flush;
 pub(crate) mod frames;
+pub(crate) mod futures;
 pub(crate) mod lending;
 
 pub use lending::LendingStats;

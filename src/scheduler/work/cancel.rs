@@ -3,7 +3,7 @@
 //! would wait for ourselves), and `disable`/`enable`.
 
 use super::WorkRef;
-use crate::scheduler::shared::Shared;
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::cycles::WaitCycle;
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::state::{
@@ -14,11 +14,38 @@ use crate::scheduler::work::state::{
 /// Whether a cancel comes from a dropped handle, whose closure must then be freed by
 /// whoever ends the work's last run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Release {
+pub(crate) enum Release {
     Keep,
     Drop,
     /// A drop that waits for the run in progress even if that closes a wait cycle.
     DropAndWait,
+}
+
+/// Who waits for the run in progress: a blocked thread (it may close a wait cycle, and it
+/// lends its priority), or a future (`cancel_async`, `drop_async`), which blocks no thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    Thread,
+    Async,
+}
+
+/// What [`Shared::begin_cancel`] decided about the run in progress.
+pub(crate) enum CancelStart {
+    /// No run in progress. For a released handle the caller drops the closure when
+    /// `drop_closure` says so.
+    Done {
+        was_pending: bool,
+        drop_closure: bool,
+    },
+    /// Waiting would wait for ourselves (the own run, or a cycle of waits): the run's own
+    /// re-arm is refused instead, and a released handle leaves the closure to the runner.
+    Refused { was_pending: bool, cycle: WaitCycle },
+    /// Counted as a cancel waiter of the run in progress; a thread also holds its edge in
+    /// the wait graph.
+    Waiting {
+        was_pending: bool,
+        thread_wait: Option<waits::Waiting>,
+    },
 }
 
 impl Shared {
@@ -56,9 +83,54 @@ impl Shared {
             return (false, false);
         };
         let released = release != Release::Keep;
+        match self.begin_cancel(&mut core, work, release, Waiter::Thread) {
+            CancelStart::Done {
+                was_pending,
+                drop_closure,
+            } => (was_pending, drop_closure),
+            CancelStart::Refused { was_pending, cycle } => {
+                drop(core);
+                cycle.report();
+                (was_pending, false)
+            }
+            CancelStart::Waiting {
+                was_pending,
+                thread_wait,
+            } => {
+                // Lend this thread's priority to the worker running it, where allowed, as
+                // `flush` does: a nice-0 thread dropping a work must not wait on a starved
+                // nice-19 run.
+                let lent = core.lending.lend_from_current_thread(frames::address(work));
+                core = self.wait_for_run(core, work);
+                drop(thread_wait);
+                self.end_cancel_wait(&mut core, work, released);
+                drop(core);
+                if let Err(failure) = lent {
+                    failure.log();
+                }
+                (was_pending, released)
+            }
+        }
+    }
+
+    /// The first half of `cancel_sync`, drop, `cancel_async` and `drop_async`, under the
+    /// core lock: disarms, refuses re-arms, and decides whether the caller waits for a run
+    /// in progress (then it is counted in `cancel_waiters`, and ends its wait with
+    /// [`end_cancel_wait`](Self::end_cancel_wait)).
+    pub(crate) fn begin_cancel(
+        &self,
+        core: &mut Core,
+        work: &WorkRef,
+        release: Release,
+        waiter: Waiter,
+    ) -> CancelStart {
+        let released = release != Release::Keep;
         if released && work.header().state.load().has(ORPHANED) {
             // Released before (`drop_waiting`, then the handle's own drop).
-            return (false, false);
+            return CancelStart::Done {
+                was_pending: false,
+                drop_closure: false,
+            };
         }
         if released {
             // Nobody can call `enable` any more; the count must not outlive the work (a
@@ -67,16 +139,19 @@ impl Shared {
         }
         // RUNNING only changes under the core lock (a take sets it, a completion clears
         // it), so what is decided here about the run in progress holds until the wait
-        // below releases the lock.
+        // releases the lock.
         let running = work.header().state.load().has(RUNNING);
         let waiting = if !running {
             None
         } else if frames::is_running_here(work) {
             Some(Err(WaitCycle::own()))
-        } else if release == Release::DropAndWait {
-            Some(Ok(waits::begin_wait_unchecked(work)))
+        } else if waiter == Waiter::Async || release == Release::DropAndWait {
+            // A future blocks no thread, so its wait closes no cycle.
+            Some(Ok(
+                (waiter == Waiter::Thread).then(|| waits::begin_wait_unchecked(work))
+            ))
         } else {
-            Some(waits::begin_wait(work))
+            Some(waits::begin_wait(work).map(Some))
         };
         // One CAS disarms and refuses: a lock-free arm racing this call either lands
         // before it (and is disarmed here) or fails its CAS and finds the refusal. After a
@@ -109,24 +184,34 @@ impl Shared {
         let was_pending = old.has(PENDING);
         if released && old.has(QUEUED) {
             // Nothing arms it again: its entry is garbage.
-            self.note_stale(&mut core, 1);
+            self.note_stale(core, 1);
         }
-        let waiting = match waiting {
-            None => return (was_pending, released),
-            Some(Err(cycle)) => {
-                drop(core);
-                cycle.report();
-                return (was_pending, false);
+        match waiting {
+            None => CancelStart::Done {
+                was_pending,
+                drop_closure: released,
+            },
+            Some(Err(cycle)) => CancelStart::Refused { was_pending, cycle },
+            Some(Ok(thread_wait)) => {
+                *core
+                    .cancel_waiters
+                    .entry(frames::address(work))
+                    .or_insert(0) += 1;
+                CancelStart::Waiting {
+                    was_pending,
+                    thread_wait,
+                }
             }
-            Some(Ok(waiting)) => waiting,
-        };
+        }
+    }
+
+    /// Ends a wait that [`begin_cancel`](Self::begin_cancel) began, once the run it waited
+    /// for is over (or, `run_over` false, a future that leaves before): the last waiter
+    /// lifts `CANCEL_WAITING`, and a released handle's work is orphaned. A waiter that
+    /// leaves while the run goes on hands its refusal to the run (`REARM_REFUSED`: the
+    /// run's own re-arm is refused), and a released work's closure to the runner.
+    pub(crate) fn end_cancel_wait(&self, core: &mut Core, work: &WorkRef, released: bool) {
         let address = frames::address(work);
-        *core.cancel_waiters.entry(address).or_insert(0) += 1;
-        // Lend this thread's priority to the worker running it, where allowed, as `flush`
-        // does: a nice-0 thread dropping a work must not wait on a starved nice-19 run.
-        let lent = core.lending.lend_from_current_thread(address);
-        core = self.wait_for_run(core, work);
-        drop(waiting);
         let last_waiter = match core.cancel_waiters.get_mut(&address) {
             Some(waiters) => {
                 *waiters -= 1;
@@ -143,18 +228,17 @@ impl Shared {
             let mut new = old;
             if last_waiter {
                 new.clear(CANCEL_WAITING);
+                if old.has(RUNNING) {
+                    new.set(REARM_REFUSED);
+                }
             }
             if released {
-                // The run ended and re-arms stayed refused: nothing runs it again.
+                // The run ended and re-arms stayed refused (or the run still refuses its
+                // own): nothing runs it again.
                 new.set(ORPHANED);
             }
             Some(new)
         });
-        drop(core);
-        if let Err(failure) = lent {
-            failure.log();
-        }
-        (was_pending, released)
     }
 
     pub(crate) fn disable(&self, work: &WorkRef) -> bool {

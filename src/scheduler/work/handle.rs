@@ -1,5 +1,6 @@
 //! [`Work`]: a callback plus its arming state, and the owning handle to it.
 
+use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,8 +44,9 @@ use crate::scheduler::work::timeout::PRECISE_TOUCH;
 /// of that run at the waiter's nice and goes back to its own after. Without that right
 /// the waiter only waits: a nice-19 (or `SCHED_IDLE`) run on a machine whose CPUs are
 /// busy gets a sliver of a CPU, so the wait can last many times the callback's own CPU
-/// time. Keep callbacks short, or cancel with [`cancel`](Self::cancel) where waiting is
-/// not needed.
+/// time. Keep callbacks short, cancel with [`cancel`](Self::cancel) where waiting is not
+/// needed, and in async code use [`cancel_async`](Self::cancel_async) and
+/// [`drop_async`](Self::drop_async), which wait without blocking the executor's thread.
 ///
 /// # Panics in user code
 ///
@@ -379,6 +381,78 @@ impl Work {
     /// ```
     pub fn cancel_sync(&self) -> bool {
         self.shared.cancel_sync(&self.inner)
+    }
+
+    /// [`cancel_sync`](Self::cancel_sync) for async code: disarms the work and refuses
+    /// every re-arm at once, when called, and returns a future that resolves, to whether
+    /// the work was pending, once no instance runs. It blocks no thread (an executor
+    /// thread that awaits it goes on running other tasks) and uses only `std::task`, so
+    /// any executor can poll it.
+    ///
+    /// Dropped before it resolves, it never blocks either: the cancel stands, and the run
+    /// in progress still has its own re-arm refused. Called from inside the work's own
+    /// callback it resolves at once, as `cancel_sync` returns at once there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_millis(10), |_| Next::Again);
+    /// let cancelled = work.cancel_async(); // refused from here on
+    /// assert_eq!(sched.advance(Duration::from_secs(1)), 0);
+    /// # let waker = std::task::Waker::noop();
+    /// # let mut cx = std::task::Context::from_waker(waker);
+    /// # let mut cancelled = std::pin::pin!(cancelled);
+    /// // In async code: `assert!(cancelled.await);`
+    /// assert!(cancelled.as_mut().poll(&mut cx).is_ready());
+    /// ```
+    pub fn cancel_async(&self) -> impl Future<Output = bool> + Send + '_ {
+        self.shared
+            .cancel_without_blocking(&self.inner, Release::Keep)
+    }
+
+    /// Drop for async code: as [`cancel_async`](Self::cancel_async), then the closure is
+    /// freed, on the thread that polls the future, when no instance runs (at once, in
+    /// the call, if none does). Dropping the future before it resolves never blocks: the
+    /// closure is then freed when the run in progress ends, by the thread that ran it.
+    /// A `drop(work)` in async code blocks the executor's thread for as long as the run
+    /// takes (a starved nice-19 run can take long; see
+    /// [How long a wait takes](Self#how-long-a-wait-takes)); `drop_async().await` does not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let work = sched.every(Duration::from_millis(10), |_| Next::Again);
+    /// let dropped = work.drop_async(); // no run in progress: freed already
+    /// # let waker = std::task::Waker::noop();
+    /// # let mut cx = std::task::Context::from_waker(waker);
+    /// # let mut dropped = std::pin::pin!(dropped);
+    /// // In async code: `dropped.await;`
+    /// assert!(dropped.as_mut().poll(&mut cx).is_ready());
+    /// assert_eq!(sched.advance(Duration::from_secs(1)), 0);
+    /// ```
+    pub fn drop_async(self) -> impl Future<Output = ()> + Send + 'static {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again: both fields move out here, and
+        // the handle's own `Drop` (which would wait) never runs.
+        let (inner, shared) = unsafe {
+            (
+                ManuallyDrop::take(&mut this.inner),
+                std::ptr::read(&this.shared),
+            )
+        };
+        let wait = shared.cancel_without_blocking(&inner, Release::Drop);
+        drop(inner);
+        async move {
+            wait.await;
+        }
     }
 
     /// Makes the work's current instance finish now, lending the caller's priority to it

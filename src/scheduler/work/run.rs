@@ -327,6 +327,7 @@ impl Shared {
         if core.run_waiters > 0 {
             self.run_done.notify_all();
         }
+        core.run_ended(work.address());
         if yield_delay_ns > 0 {
             core.deferred_yields += 1;
         }

@@ -1,0 +1,169 @@
+//! Waiting without blocking a thread: the future behind `Work::cancel_async` and
+//! `Work::drop_async`, on `std::task` alone, so any executor can poll it.
+//!
+//! The call itself does what `cancel_sync` and drop do at once, under the core lock
+//! (`Shared::begin_cancel`): it disarms the work and refuses re-arms. When a run is in
+//! progress the future is counted among the work's cancel waiters (`CANCEL_WAITING`, as
+//! a blocked `cancel_sync` is), and resolves once that run is over: `poll` registers its
+//! waker in `Core::run_wakers`, and the run's completion moves it to the wakes that the
+//! core lock's guard makes after releasing the lock.
+//!
+//! # Invariants
+//!
+//! - A future that resolves ends its wait (`Shared::end_cancel_wait`) exactly once, after
+//!   the run it waited for; for `drop_async` it then frees the closure on the polling
+//!   thread (the work is orphaned: nothing runs it again).
+//! - A future dropped before it resolves never blocks. If the run is still going on it
+//!   ends its wait as it leaves: the run's own re-arm stays refused (`REARM_REFUSED`)
+//!   and, for `drop_async`, the work is orphaned while running, so the runner frees the
+//!   closure when the callback returns, as for a work dropped inside its own callback.
+//!   If the run already ended, the drop frees the closure itself.
+//! - A future blocks no thread, so it closes no wait cycle and lends no priority: it is
+//!   the remedy for a wait that would stall an executor thread.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use crate::scheduler::WorkRef;
+use crate::scheduler::shared::{RunWaker, Shared};
+use crate::scheduler::wait::frames;
+use crate::scheduler::work::cancel::{CancelStart, Release, Waiter};
+use crate::scheduler::work::run::drop_contained;
+use crate::scheduler::work::state::RUNNING;
+
+/// Tells the futures' waker registrations apart.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
+
+/// The wait of a `cancel_async` or `drop_async` call for the run in progress.
+pub(crate) struct CancelWait {
+    shared: Arc<Shared>,
+    /// The work waited for; `None` once the wait is over (or there was none).
+    work: Option<WorkRef>,
+    /// Whether the work was pending when the call came (the result).
+    was_pending: bool,
+    /// `drop_async`: the closure is freed when the wait ends.
+    released: bool,
+    /// The run count that means the awaited run is over.
+    done_at: u64,
+    id: usize,
+}
+
+impl Shared {
+    /// Disarms and refuses re-arms now; the returned future waits for a run in progress.
+    /// A released handle's closure is freed now if no run is in progress, else when the
+    /// wait ends (or by the runner, if the future is dropped first).
+    pub(crate) fn cancel_without_blocking(
+        self: &Arc<Self>,
+        work: &WorkRef,
+        release: Release,
+    ) -> CancelWait {
+        let released = release != Release::Keep;
+        let mut wait = CancelWait {
+            shared: self.clone(),
+            work: None,
+            was_pending: false,
+            released,
+            done_at: 0,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        };
+        let Some(mut core) = self.lock_unless_forked() else {
+            if released {
+                // As a drop in a `fork()`ed child: the closure may be running in the
+                // parent's copy of a worker that does not exist here; keep it (leaked).
+                std::mem::forget(work.clone());
+            }
+            return wait;
+        };
+        match self.begin_cancel(&mut core, work, release, Waiter::Async) {
+            CancelStart::Done {
+                was_pending,
+                drop_closure,
+            } => {
+                drop(core);
+                wait.was_pending = was_pending;
+                if drop_closure {
+                    drop_contained(work);
+                }
+            }
+            CancelStart::Refused { was_pending, cycle } => {
+                drop(core);
+                wait.was_pending = was_pending;
+                cycle.report();
+            }
+            CancelStart::Waiting { was_pending, .. } => {
+                wait.was_pending = was_pending;
+                wait.done_at = work.header().stats.runs() + 1;
+                wait.work = Some(work.clone());
+            }
+        }
+        wait
+    }
+}
+
+impl CancelWait {
+    /// Whether the awaited run is over; call under the core lock.
+    fn run_over(&self, work: &WorkRef) -> bool {
+        !work.header().state.load().has(RUNNING) || work.header().stats.runs() >= self.done_at
+    }
+
+    /// Ends the wait (under the lock), then frees a released closure if the run is over.
+    fn finish(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let Some(mut core) = self.shared.lock_unless_forked() else {
+            std::mem::forget(work);
+            return;
+        };
+        let id = self.id;
+        core.run_wakers.retain(|waiter| waiter.id != id);
+        let over = self.run_over(&work);
+        self.shared.end_cancel_wait(&mut core, &work, self.released);
+        drop(core);
+        if over && self.released {
+            drop_contained(&work);
+        }
+    }
+}
+
+impl Future for CancelWait {
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        let this = &mut *self;
+        let Some(work) = &this.work else {
+            return Poll::Ready(this.was_pending);
+        };
+        let Some(mut core) = this.shared.lock_unless_forked() else {
+            return Poll::Ready(this.was_pending);
+        };
+        if this.run_over(work) {
+            drop(core);
+            this.finish();
+            return Poll::Ready(this.was_pending);
+        }
+        let address = frames::address(work);
+        match core
+            .run_wakers
+            .iter_mut()
+            .find(|waiter| waiter.id == this.id)
+        {
+            Some(waiter) => waiter.waker.clone_from(cx.waker()),
+            None => core.run_wakers.push(RunWaker {
+                work: address,
+                id: this.id,
+                waker: cx.waker().clone(),
+            }),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for CancelWait {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
