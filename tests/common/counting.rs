@@ -40,12 +40,30 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// Begins one test's byte count: while the guard lives no other test that took it runs,
-/// so the live bytes move only with that test's own work (and the few hundred bytes the
-/// test harness allocates to start a next test, which then waits here). A poisoned lock,
-/// from a failed test, still serialises.
+/// so the live bytes move only with that test's own work. A poisoned lock, from a failed
+/// test, still serialises.
+///
+/// The test harness allocates and frees a few hundred bytes as one test ends and it
+/// starts the next (the ended test's thread and output, the next one's thread), right
+/// as the lock changes hands; so the guard is returned once the live bytes held still
+/// for 20 ms (at most a second of waiting).
 pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE_AT_A_TIME
+    let guard = ONE_AT_A_TIME
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = std::time::Instant::now();
+    let mut last = live_bytes();
+    let mut still_since = std::time::Instant::now();
+    while still_since.elapsed() < std::time::Duration::from_millis(20)
+        && start.elapsed() < std::time::Duration::from_secs(1)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let now = live_bytes();
+        if now != last {
+            last = now;
+            still_since = std::time::Instant::now();
+        }
+    }
+    guard
 }
