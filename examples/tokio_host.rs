@@ -15,7 +15,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -108,7 +108,7 @@ fn main() {
 
         let mut sessions = Vec::new();
         for id in 0..16 {
-            let session = Arc::new_cyclic(|me: &Weak<Session>| Session {
+            let session = Arc::new(Session {
                 id,
                 last_touch: Mutex::new(Instant::now()),
                 reaper: Mutex::new(None),
