@@ -294,6 +294,58 @@ fn hosted_driver() {
     );
 }
 
+/// The executor stall when an async task drops a work whose 100 ms callback is running on
+/// the worker: `drop(work)` blocks the executor's thread for the rest of the run,
+/// `drop_async().await` does not. A current-thread runtime's heartbeat task (1 ms ticks)
+/// measures the longest gap.
+fn drop_stall() {
+    let stall = |use_async: bool| -> f64 {
+        let sched = Scheduler::new().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (started_tx, started) = std::sync::mpsc::channel();
+            let work = sched.work(move |_| {
+                let _ = started_tx.send(());
+                std::thread::sleep(Duration::from_millis(100));
+                Next::Park
+            });
+            work.schedule(Duration::ZERO);
+            started.recv().unwrap();
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let heartbeat = {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let mut longest = Duration::ZERO;
+                    let mut last = std::time::Instant::now();
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        longest = longest.max(last.elapsed());
+                        last = std::time::Instant::now();
+                    }
+                    longest
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if use_async {
+                work.drop_async().await;
+            } else {
+                drop(work);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            stop.store(true, Ordering::SeqCst);
+            heartbeat.await.unwrap().as_secs_f64() * 1000.0
+        })
+    };
+    let blocking = common::median((0..common::rounds()).map(|_| stall(false)).collect());
+    let non_blocking = common::median((0..common::rounds()).map(|_| stall(true)).collect());
+    println!(
+        "executor stall, dropping a running 100 ms work: drop() {blocking:6.1} ms   drop_async().await {non_blocking:6.1} ms   (a 1 ms heartbeat's longest gap; target: no stall beyond the tick)"
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -302,7 +354,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-') && a != "quick")
         .collect();
-    let benches: [(&str, fn()); 8] = [
+    let benches: [(&str, fn()); 9] = [
         ("touch", touch_armed),
         ("timeout", touch_timeout),
         ("rearm", rearm_pair),
@@ -311,6 +363,7 @@ fn main() {
         ("wakeups", idle_wakeups),
         ("parked-wakeups", parked_after_cancel_wakeups),
         ("hosted", hosted_driver),
+        ("stall", drop_stall),
     ];
     for (name, bench) in benches {
         if only.is_empty() || only.iter().any(|o| name.contains(o.as_str())) {
