@@ -107,8 +107,8 @@ impl Driver {
     /// (a `Next::Yield` runs its next increment at the next call), and returns how many
     /// runs it made. Works that come due while it runs wait for the next call.
     ///
-    /// Returns 0 at once when nothing is due (one clock read and one atomic load, no
-    /// lock), after the scheduler was shut down, in a `fork()`ed child, and when called
+    /// Returns 0 at once when nothing is due or nothing is armed (one clock read and one
+    /// atomic load, no lock), after the scheduler was shut down, in a `fork()`ed child, and when called
     /// from inside a work's callback (of any scheduler): a callback that drives its own
     /// host would run works inside works.
     ///
@@ -127,10 +127,10 @@ impl Driver {
     /// ```
     pub fn run_due(&self) -> usize {
         let shared = &self.shared;
-        let wake_ns = shared.host_wake_ns.load(Ordering::Acquire);
-        if wake_ns != NO_HOST_WAKE && wake_ns > shared.now_ns() {
-            // The descriptor is not readable either: every programming of the timer for
-            // a later time cleared its expirations.
+        if shared.host_wake_ns.load(Ordering::Acquire) > shared.now_ns() {
+            // Nothing is due (nothing is armed, for `NO_HOST_WAKE`), and the descriptor
+            // is not readable: `Shared::reprogram` publishes a wake in the future only
+            // once the timer no longer fires before it.
             return 0;
         }
         if frames::in_callback() {
@@ -164,23 +164,19 @@ impl Driver {
             }
             core = shared.lock();
         }
-        // Program the timer afresh, even for the wake it was set to: its expiry was
-        // drained above, so only a new programming makes it readable again.
-        let wake = core.timers.next_wake(now_units(now)).map(units_to_ns);
-        core.programmed_ns = None;
         if core.shutdown {
             return runs;
         }
-        shared.program(&mut core, wake, shared.now_ns());
-        if wake.is_none() {
-            shared.host_wake_ns.store(NO_HOST_WAKE, Ordering::Release);
-        }
+        // Program the timer afresh, even for the wake it was set to: its expiry was
+        // drained above, so only a new programming makes it readable again.
+        let wake = core.timers.next_wake(now_units(now)).map(units_to_ns);
+        shared.reprogram(&mut core, wake, shared.now_ns());
         runs
     }
 
     /// Registers the waker to wake, from the arming thread, whenever
     /// [`next_deadline`](Self::next_deadline) may have moved earlier, and once at
-    /// shutdown. It replaces the previous one; a wake already on its way goes to the one
+    /// shutdown (the descriptor is disarmed then: nothing is due again). It replaces the previous one; a wake already on its way goes to the one
     /// it was taken from. Register, then read `next_deadline`: an arm before the
     /// registration shows there, and every arm after it wakes this waker. It is woken
     /// with no nicework lock held, so it may call into nicework.

@@ -530,16 +530,32 @@ impl Shared {
         if core.programmed_ns == wake_ns {
             return;
         }
-        if let Some(timer) = core.timer.as_mut() {
-            match wake_ns {
-                Some(at) => timer.program(at.saturating_sub(now_ns)),
-                None => timer.disarm(),
-            }
-            core.programmed_ns = wake_ns;
-            if self.config.hosted {
-                self.host_wake_ns
-                    .store(wake_ns.unwrap_or(NO_HOST_WAKE), Ordering::Release);
-            }
+        self.reprogram(core, wake_ns, now_ns);
+    }
+
+    /// [`program`](Self::program) even when the timer is set so already (a hosted
+    /// `run_due` drained its expiry, so only a new programming makes it readable again).
+    ///
+    /// A hosted scheduler's `host_wake_ns` moves with the timer, in the order that keeps
+    /// `run_due`'s lock-free test sound: a readable descriptor always comes with a
+    /// `host_wake_ns` that is not in the future, so `run_due` drains it. An earlier wake
+    /// is published before the timer is set, a later one (or none) after.
+    pub(crate) fn reprogram(&self, core: &mut Core, wake_ns: Option<u64>, now_ns: u64) {
+        let Some(timer) = core.timer.as_mut() else {
+            return;
+        };
+        let published = wake_ns.unwrap_or(NO_HOST_WAKE);
+        let earlier = self.config.hosted && published < self.host_wake_ns.load(Ordering::Relaxed);
+        if earlier {
+            self.host_wake_ns.store(published, Ordering::Release);
+        }
+        match wake_ns {
+            Some(at) => timer.program(at.saturating_sub(now_ns)),
+            None => timer.disarm(),
+        }
+        core.programmed_ns = wake_ns;
+        if self.config.hosted && !earlier {
+            self.host_wake_ns.store(published, Ordering::Release);
         }
     }
 
@@ -582,18 +598,18 @@ impl Shared {
             }
         }
         self.idle.notify_all();
-        if let Some(timer) = core.timer.as_mut() {
-            timer.program(1);
-        }
-        core.programmed_ns = None;
         if self.config.hosted {
-            // The host looks once more (its `run_due` then returns 0) and is never woken
-            // again.
-            self.host_wake_ns.store(NO_HOST_WAKE, Ordering::Release);
+            // Nothing is ever due again: the descriptor is disarmed (which also clears
+            // an expiry not yet drained) and the host's waker is told once.
+            self.reprogram(&mut core, None, 0);
             if let Some(waker) = core.host_waker.take() {
                 core.owed_wakes.push(waker);
             }
+        } else if let Some(timer) = core.timer.as_mut() {
+            // Wakes the blocked poller, which sees the shutdown and exits.
+            timer.program(1);
         }
+        core.programmed_ns = None;
         drop(core);
         // Closures are user code: dropped outside the lock, contained.
         for work in ended {

@@ -393,3 +393,46 @@ fn a_driver_moved_to_another_thread_runs_the_works_there() {
     let (host_id, ran) = host.join().unwrap();
     assert_eq!(ran, Some(host_id));
 }
+
+/// An fd-driven host never finds the descriptor readable while `run_due` returns 0 and
+/// the next deadline is still ahead (it would spin), also while the last `Scheduler`
+/// handle is dropped and the scheduler shuts down under it.
+#[test]
+fn the_descriptor_is_never_readable_while_run_due_finds_nothing_due_around_shutdown() {
+    let mut spins = 0;
+    for _ in 0..30 {
+        let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+        let work = sched.every(Duration::from_millis(2), |_| Next::Again);
+        work.schedule(Duration::from_millis(1));
+        let started = AtomicBool::new(false);
+        spins += std::thread::scope(|s| {
+            let host = s.spawn(|| {
+                let mut spins = 0;
+                started.store(true, SeqCst);
+                let end = Instant::now() + Duration::from_millis(30);
+                while Instant::now() < end {
+                    if readable(&driver)
+                        && driver.run_due() == 0
+                        && readable(&driver)
+                        && driver
+                            .next_deadline()
+                            .is_none_or(|next| next > Instant::now())
+                    {
+                        spins += 1;
+                    }
+                }
+                spins
+            });
+            while !started.load(SeqCst) {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            drop(sched);
+            host.join().unwrap()
+        });
+        assert!(!work.schedule(Duration::ZERO));
+        assert!(!readable(&driver), "disarmed at shutdown");
+        assert_eq!(driver.next_deadline(), None);
+    }
+    assert_eq!(spins, 0, "run_due left a readable descriptor {spins} times");
+}
