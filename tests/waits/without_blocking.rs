@@ -139,6 +139,10 @@ fn drop_async_of_an_idle_work_frees_the_closure_in_the_call() {
     let mut dropped = Box::pin(work.drop_async());
     assert!(freed.load(SeqCst));
     assert!(poll(dropped.as_mut(), &waker).is_ready());
+    assert!(
+        poll(dropped.as_mut(), &waker).is_ready(),
+        "polled again: still ready"
+    );
     assert_eq!(sched.metrics().armed, 0);
 }
 

@@ -500,6 +500,8 @@ struct Held {
     driver: Arc<Driver>,
     release: mpsc::Sender<()>,
     host: std::thread::JoinHandle<()>,
+    /// The host loops until this is cleared.
+    hosting: Arc<AtomicBool>,
     runs: Arc<AtomicUsize>,
     freed: Arc<AtomicBool>,
     frees: Arc<AtomicUsize>,
@@ -551,9 +553,11 @@ fn held(next: Next) -> (Held, nicework::Work) {
     });
     work.schedule(Duration::ZERO);
     let d = driver.clone();
+    let hosting = Arc::new(AtomicBool::new(true));
+    let still_hosting = hosting.clone();
     let host = std::thread::spawn(move || {
-        let end = Instant::now() + Duration::from_millis(1500);
-        while Instant::now() < end {
+        let start = Instant::now();
+        while still_hosting.load(SeqCst) && start.elapsed() < EVENTUALLY {
             d.run_due();
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -565,6 +569,7 @@ fn held(next: Next) -> (Held, nicework::Work) {
             driver,
             release,
             host,
+            hosting,
             runs,
             freed,
             frees,
@@ -608,6 +613,7 @@ fn drop_async_polled_from_many_threads_and_after_scheduler_dropped() {
     assert_eq!(h.frees.load(SeqCst), 1);
     assert!(!h.bad_free.load(SeqCst));
     assert_eq!(h.runs.load(SeqCst), 1);
+    h.hosting.store(false, SeqCst);
     h.host.join().unwrap();
     assert_eq!(h.runs.load(SeqCst), 1);
     let _ = (&h.in_cb, &h.driver);
@@ -622,6 +628,7 @@ fn drop_async_dropped_early_then_driver_dropped_frees_once() {
     drop(fut);
     assert!(!h.freed.load(SeqCst));
     h.release.send(()).unwrap();
+    h.hosting.store(false, SeqCst);
     h.host.join().unwrap();
     assert_eq!(h.frees.load(SeqCst), 1);
     assert!(!h.bad_free.load(SeqCst));
@@ -666,6 +673,7 @@ fn run_wakers_do_not_leak_across_polls_and_drops() {
     // Second poll after Ready.
     assert!(poll(fut.as_mut(), &Waker::noop().clone()).is_ready());
     drop(fut);
+    h.hosting.store(false, SeqCst);
     h.host.join().unwrap();
     assert_eq!(h.runs.load(SeqCst), 1);
     assert!(
@@ -846,6 +854,7 @@ fn drop_async_waker_polls_or_drops_the_future_inside_wake() {
         }
         assert_eq!(h.frees.load(SeqCst), 1, "drop_it {drop_it}");
         assert!(!h.bad_free.load(SeqCst));
+        h.hosting.store(false, SeqCst);
         h.host.join().unwrap();
         assert_eq!(h.runs.load(SeqCst), 1);
         assert_eq!(h.frees.load(SeqCst), 1);

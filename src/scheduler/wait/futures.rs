@@ -167,3 +167,15 @@ impl Drop for CancelWait {
         self.finish();
     }
 }
+
+/// `drop_async`'s future: a [`CancelWait`] whose result is `()`. Polled again after it
+/// resolved it stays ready, as `cancel_async`'s does.
+pub(crate) struct DropWait(pub(crate) CancelWait);
+
+impl Future for DropWait {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(cx).map(|_| ())
+    }
+}

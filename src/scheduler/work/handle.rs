@@ -450,9 +450,7 @@ impl Work {
         };
         let wait = shared.cancel_without_blocking(&inner, Release::Drop);
         drop(inner);
-        async move {
-            wait.await;
-        }
+        crate::scheduler::wait::futures::DropWait(wait)
     }
 
     /// Makes the work's current instance finish now, lending the caller's priority to it
