@@ -266,6 +266,9 @@ fn reschedule_racing_runs_never_loses_the_arm() {
         for t in threads {
             t.join().unwrap();
         }
+        // A run still in progress from the storm would rightly override the final arm
+        // with its own `Stop`: end it first (nothing else arms the work now).
+        w.cancel_sync();
         let before = count.load(SeqCst);
         w.reschedule(Duration::from_micros(100));
         assert!(
