@@ -13,8 +13,6 @@
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
-//! - `hosted`: Hosted schedulers: the host's thread runs the works through the `Driver`.
-//! - `hosted_races`: Hosted schedulers and the waits without blocking under hostile use.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
@@ -45,8 +43,6 @@ mod containment_levels;
 mod detach;
 mod faults;
 mod flush_scope;
-mod hosted;
-mod hosted_races;
 mod lock_free_arming;
 mod manual;
 mod manual_ticks;
