@@ -2,7 +2,7 @@
 //! shrink to 4, the heap of the `IdSpace` plus a `PerCid<[u64; 4]>` is within 1.2x of a
 //! fresh pair used by 4 threads, one scan after the survivors moved down.
 
-use crate::{counting, shrink_heap};
+use crate::{common, counting, shrink_heap};
 
 use std::time::Duration;
 
@@ -12,6 +12,14 @@ const SCAN: Duration = Duration::from_millis(100);
 
 #[test]
 fn heap_after_64_to_4_threads_is_within_1_2x_of_a_fresh_pair() {
+    // A process of its own: which of the pair's threads frees a block they share, a
+    // survivor after the count or a transient before it, depends on what else runs in
+    // the process (+1.2 KB on a 2.5 KB pair, beside this binary's other tests).
+    const NAME: &str = "heap_after_64_to_4_threads_is_within_1_2x_of_a_fresh_pair";
+    if !common::child::is_child(NAME) {
+        common::child::assert_child_passes(module_path!(), NAME);
+        return;
+    }
     let _measuring = counting::measuring();
     let sched = Scheduler::manual();
     let make = || {
@@ -39,4 +47,5 @@ fn heap_after_64_to_4_threads_is_within_1_2x_of_a_fresh_pair() {
         "without a scan: {unsettled} B against {fresh} B"
     );
     println!("fresh {fresh} B, after 64 -> 4 {shrunk} B, before the scan {unsettled} B");
+    println!("CHILD-OK");
 }

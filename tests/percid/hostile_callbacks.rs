@@ -613,6 +613,15 @@ fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
             let (ids, owners, violations, scans_seen, finished) =
                 (&ids, &owners, &violations, &scans_seen, &finished);
             s.spawn(move || {
+                // Counted when the thread ends, also by a panic, so the driver stops and
+                // the scope ends with the panic instead of hanging.
+                struct Finished<'a>(&'a AtomicUsize);
+                impl Drop for Finished<'_> {
+                    fn drop(&mut self) {
+                        self.0.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                let _finished = Finished(finished);
                 for i in 0..20_000usize {
                     let cid = ids.enter();
                     let id = cid.get();
@@ -633,12 +642,14 @@ fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
                     if owners[id].swap(0, Ordering::SeqCst) != t {
                         violations.fetch_add(1, Ordering::SeqCst);
                     }
+                    // Read while the id is held, so no park (which needs every id
+                    // released) comes between this reading and the drop.
+                    let before = ids.compaction_stats();
                     drop(cid);
                     if i % 7 == t % 7 {
                         // Go idle for two scans: the id is revoked and re-acquired. A scan
                         // that finds no id held parks (only an enter wakes it), and it only
                         // finds none once this thread's id is revoked too.
-                        let before = ids.compaction_stats();
                         loop {
                             let now = ids.compaction_stats();
                             if now.runs >= before.runs + 2 || now.parks > before.parks {
@@ -648,7 +659,6 @@ fn ids_stay_unique_under_scans_and_nested_enters_return_the_outer_id() {
                         }
                     }
                 }
-                finished.fetch_add(1, Ordering::SeqCst);
             });
         }
     });
