@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{ALIVE, Counted, env, spin};
+use common::counted::{Counted, Counting, env, spin};
 
 /// Threads come and go (each makes a fresh value above the high water once it exits) beside
 /// one reader in a loop whose callback costs a few microseconds. The scan's trim is left
@@ -17,8 +17,7 @@ use common::counted::{ALIVE, Counted, env, spin};
 /// reader has taken it out to visit it: the longer the queue, the longer it is out.
 #[test]
 fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
-    // The value counts are process-wide: one such test at a time, counted from here.
-    let counting = common::counted::exclusive();
+    let counting = Counting::new();
     let cost = Duration::from_micros(env("PERCID_QUEUE_COST_US", 50));
     let secs = env("PERCID_QUEUE_SECS", 3);
     let sched = Scheduler::new().unwrap();
@@ -27,7 +26,7 @@ fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
         .build(&sched);
     let folded = Arc::new(AtomicU64::new(0));
     let reclaims = Arc::new(AtomicUsize::new(0));
-    let counters: Arc<PerCid<Counted>> = Arc::new(PerCid::with_reclaim(&ids, Counted::new, {
+    let counters: Arc<PerCid<Counted>> = Arc::new(PerCid::with_reclaim(&ids, counting.init(), {
         let folded = folded.clone();
         let reclaims = reclaims.clone();
         move |c: &mut Counted| {
@@ -77,14 +76,14 @@ fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
         if start.elapsed() >= next_sample {
             next_sample += Duration::from_secs(1);
             samples.push((
-                ALIVE.load(Ordering::SeqCst),
+                counting.alive(),
                 counting.created(),
                 reclaims.load(Ordering::SeqCst),
             ));
         }
     }
     eprintln!("per second (alive, created, reclaimed): {samples:?}");
-    let alive_with_reader = ALIVE.load(Ordering::SeqCst);
+    let alive_with_reader = counting.alive();
     let reclaimed_with_reader = reclaims.load(Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
     reader.join().unwrap();

@@ -9,22 +9,21 @@ use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
-use common::counted::{ALIVE, Counted, spin};
+use common::counted::{Counted, Counting, spin};
 
 /// A reader in a loop whose callback costs a few microseconds per value. The compaction
 /// work's trim finds the gate held (deferred) and the queue empty (the reader took it out
 /// to visit it), so it passes nothing on; the queue only grows.
 #[test]
 fn a_reader_visiting_the_queue_does_not_starve_the_drainer() {
-    // The value counts are process-wide: one such test at a time, counted from here.
-    let counting = common::counted::exclusive();
+    let counting = Counting::new();
     let sched = Scheduler::new().unwrap();
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
         .build(&sched);
     let folded = Arc::new(AtomicU64::new(0));
     let reclaims = Arc::new(AtomicUsize::new(0));
-    let counters: Arc<PerCid<Counted>> = Arc::new(PerCid::with_reclaim(&ids, Counted::new, {
+    let counters: Arc<PerCid<Counted>> = Arc::new(PerCid::with_reclaim(&ids, counting.init(), {
         let folded = folded.clone();
         let reclaims = reclaims.clone();
         move |c: &mut Counted| {
@@ -70,8 +69,8 @@ fn a_reader_visiting_the_queue_does_not_starve_the_drainer() {
         }
     }
     let live_ok = common::eventually(|| counters.live() == 0);
-    let drained = common::eventually(|| ALIVE.load(Ordering::SeqCst) <= 2);
-    let alive = ALIVE.load(Ordering::SeqCst);
+    let drained = common::eventually(|| counting.alive() <= 2);
+    let alive = counting.alive();
     let recl = reclaims.load(Ordering::SeqCst);
     let live = counters.live();
     stop.store(true, Ordering::SeqCst);
