@@ -6,6 +6,7 @@ pub mod child;
 pub mod counted;
 pub mod events;
 pub mod percid;
+pub mod wakers;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,12 +4,12 @@
 
 use crate::common;
 
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
+use common::wakers::{counting_waker, readable};
 use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Driver, Error, IdSpace, Next, Priority, Scheduler};
 
@@ -31,33 +31,6 @@ fn host_until(driver: &Driver, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(nap);
     }
     true
-}
-
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn counting_waker() -> (Arc<CountingWaker>, Waker) {
-    let count = Arc::new(CountingWaker(AtomicUsize::new(0)));
-    (count.clone(), Waker::from(count))
-}
-
-/// Whether `fd` is readable now (poll with a zero timeout).
-fn readable(driver: &Driver) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: driver.as_fd().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, a zero timeout.
-    let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
-    assert!(rc >= 0);
-    rc == 1 && pfd.revents & libc::POLLIN != 0
 }
 
 #[test]

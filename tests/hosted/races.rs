@@ -9,36 +9,12 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
+use common::wakers::{Wakes, counting_waker as counting, poll, readable};
 use common::{EVENTUALLY, drop_flag};
 use nicework::{Driver, Next, Scheduler};
-
-fn readable(driver: &Driver) -> bool {
-    let mut pfd = libc::pollfd {
-        fd: driver.as_fd().as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, a zero timeout.
-    let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
-    rc == 1 && pfd.revents & libc::POLLIN != 0
-}
-
-struct Count(AtomicUsize);
-impl Wake for Count {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-fn counting() -> (Arc<Count>, Waker) {
-    let c = Arc::new(Count(AtomicUsize::new(0)));
-    (c.clone(), Waker::from(c))
-}
-fn poll<F: Future + ?Sized>(f: Pin<&mut F>, w: &Waker) -> Poll<F::Output> {
-    f.poll(&mut Context::from_waker(w))
-}
 
 thread_local! { static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) }; }
 
@@ -135,7 +111,7 @@ fn yield_plus_other_work_in_one_run_due() {
 struct SetWakerInWake {
     driver: Arc<Mutex<Option<Arc<Driver>>>>,
     n: AtomicUsize,
-    other: Arc<Count>,
+    other: Arc<Wakes>,
 }
 impl Wake for SetWakerInWake {
     fn wake(self: Arc<Self>) {

@@ -5,32 +5,14 @@
 
 use crate::common;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, mpsc};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
+use common::wakers::{counting_waker as waker, poll};
 use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Next, Scheduler, Work};
-
-struct Wakes(AtomicUsize);
-
-impl Wake for Wakes {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, SeqCst);
-    }
-}
-
-fn waker() -> (Arc<Wakes>, Waker) {
-    let wakes = Arc::new(Wakes(AtomicUsize::new(0)));
-    (wakes.clone(), Waker::from(wakes))
-}
-
-fn poll<F: Future + ?Sized>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::Output> {
-    future.poll(&mut Context::from_waker(waker))
-}
 
 /// A work on a real worker whose run is in progress until `release` is sent; it
 /// returns `Next::Again` (which a cancel must refuse). Its closure's drop sets the flag.
