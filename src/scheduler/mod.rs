@@ -6,6 +6,8 @@
 //! - [`shared`]: `Shared`, the state one scheduler shares with its works and workers:
 //!   the core lock and what it guards, the commit of an arm under it, the timerfd, and
 //!   shutdown.
+//! - [`lock`]: the core lock's guard, which wakes the owed wakers after it releases the
+//!   lock.
 //! - [`worker`]: the worker thread loop (leader/follower over one timerfd).
 //! - [`driver`]: [`Driver`], how a host's own loop runs a hosted scheduler's works.
 //! - [`backoff`]: how a worker backs off between `Yield` increments while every CPU is
@@ -34,6 +36,7 @@ mod chunked;
 mod driver;
 mod global;
 pub(crate) mod handle;
+pub(crate) mod lock;
 mod metrics;
 pub(crate) mod shared;
 pub(crate) mod wait;

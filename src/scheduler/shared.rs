@@ -10,12 +10,13 @@ use super::WorkRef;
 use crate::Priority;
 use crate::clock::Clock;
 use crate::clock::timerfd::TimerSource;
+use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
-use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, lock};
+use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::timer::Timers;
 
 /// Delays at least this many times the coarse clock's margin are timed with the coarse
@@ -84,7 +85,7 @@ pub(crate) struct Core {
     /// `owed_wakes`.
     pub(crate) run_wakers: Vec<RunWaker>,
     /// L: wakes owed (to the host's waker, to futures whose run ended), made by
-    /// [`CoreGuard`]'s drop once the lock is released: a waker is user code.
+    /// the [`CoreGuard`]'s drop once the lock is released: a waker is user code.
     pub(crate) owed_wakes: Vec<Waker>,
 }
 
@@ -95,6 +96,21 @@ pub(crate) struct RunWaker {
     /// Tells one future's registration from another's, so a re-poll replaces it.
     pub(crate) id: usize,
     pub(crate) waker: Waker,
+}
+
+/// The core lock's guard: it wakes the owed wakers after releasing the lock (see
+/// [`lock`](crate::scheduler::lock)).
+pub(crate) type CoreGuard<'a> = WakingGuard<'a, Core>;
+
+impl OwedWakes for Core {
+    fn take_owed_wakes(&mut self) -> Vec<Waker> {
+        std::mem::take(&mut self.owed_wakes)
+    }
+
+    #[inline]
+    fn owes_wakes(&self) -> bool {
+        !self.owed_wakes.is_empty()
+    }
 }
 
 impl Core {
@@ -112,63 +128,6 @@ impl Core {
                 index += 1;
             }
         }
-    }
-}
-
-/// The core lock's guard. Dropping it releases the lock, then wakes a hosted scheduler's
-/// waker if an arm under the lock owed the host a wake, so no waker runs under the lock
-/// (a waker may call into nicework, on this thread or another).
-pub(crate) struct CoreGuard<'a> {
-    guard: std::mem::ManuallyDrop<MutexGuard<'a, Core>>,
-}
-
-impl<'a> CoreGuard<'a> {
-    fn new(guard: MutexGuard<'a, Core>) -> Self {
-        CoreGuard {
-            guard: std::mem::ManuallyDrop::new(guard),
-        }
-    }
-
-    /// Waits on `condvar` with the lock (as `Condvar::wait`); a wake owed to the host
-    /// is made first, as at any release of the lock.
-    pub(crate) fn wait(mut self, condvar: &Condvar) -> Self {
-        let owed = std::mem::take(&mut self.guard.owed_wakes);
-        // SAFETY: `self.guard` is taken out once and `self` is forgotten, so its drop
-        // never touches it again.
-        let guard = unsafe { std::mem::ManuallyDrop::take(&mut self.guard) };
-        std::mem::forget(self);
-        // Woken with the lock held: the wait below releases it at once, and a waker that
-        // calls into nicework blocks on the lock only until then.
-        owed.into_iter().for_each(Waker::wake);
-        CoreGuard::new(crate::sync::wait(condvar, guard))
-    }
-}
-
-impl std::ops::Deref for CoreGuard<'_> {
-    type Target = Core;
-
-    fn deref(&self) -> &Core {
-        &self.guard
-    }
-}
-
-impl std::ops::DerefMut for CoreGuard<'_> {
-    fn deref_mut(&mut self) -> &mut Core {
-        &mut self.guard
-    }
-}
-
-impl Drop for CoreGuard<'_> {
-    fn drop(&mut self) {
-        if self.guard.owed_wakes.is_empty() {
-            // SAFETY: this is the guard's drop; it is not used again.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
-            return;
-        }
-        let owed = std::mem::take(&mut self.guard.owed_wakes);
-        // SAFETY: as above.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.guard) };
-        owed.into_iter().for_each(Waker::wake);
     }
 }
 
