@@ -34,7 +34,7 @@ fn quiet_panics() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 4 / 2: trims at thread exit once the scheduler is gone.
+// Trims at thread exit once the scheduler is gone.
 // ---------------------------------------------------------------------------------------
 
 /// The natural way to fold reclaimed counters: into another `PerCid` of the same space.
@@ -135,7 +135,7 @@ fn for_each_in_a_late_destructor_whose_callback_enters_without_scheduler() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 2: live + folded, exactly-once reclaim, never visited after, with panics
+// Live + folded, exactly-once reclaim, never visited after, with panics
 // everywhere and threads coming and going.
 // ---------------------------------------------------------------------------------------
 
@@ -286,7 +286,7 @@ fn live_plus_folded_with_panics_everywhere_and_threads_coming_and_going() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 4: misuse on one thread never deadlocks (panics with a message, or works).
+// Misuse on one thread never deadlocks (panics with a message, or works).
 // ---------------------------------------------------------------------------------------
 
 fn panics_with(what: &str, needle: &str, f: impl FnOnce() + Send + 'static) {
@@ -538,7 +538,7 @@ fn scheduler_dropped_while_readers_and_owners_run() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 6: scan periods.
+// Scan periods.
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -586,7 +586,7 @@ fn tiny_and_huge_scan_periods() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Guarantee 7: the id guarantees beside enter()'s fast path.
+// The id guarantees beside enter()'s fast path.
 // ---------------------------------------------------------------------------------------
 
 /// Six threads enter, nest, stay pinned across scans and go idle until their id is

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use crate::scheduler::WorkRef;
-use crate::scheduler::shared::{RunWaker, Shared};
+use crate::scheduler::shared::{CoreGuard, RunWaker, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::cancel::{CancelStart, Release, Waiter};
 use crate::scheduler::work::run::drop_contained;
@@ -105,25 +105,45 @@ impl Shared {
 
 impl CancelWait {
     /// Whether the awaited run is over; call under the core lock.
-    fn run_over(&self, work: &WorkRef) -> bool {
-        !work.header().state.load().has(RUNNING) || work.header().stats.runs() >= self.done_at
+    fn run_over(work: &WorkRef, done_at: u64) -> bool {
+        !work.header().state.load().has(RUNNING) || work.header().stats.runs() >= done_at
     }
 
     /// Ends the wait (under the lock), then frees a released closure if the run is over.
     fn finish(&mut self) {
-        let Some(work) = self.work.take() else {
+        if self.work.is_none() {
             return;
-        };
-        let Some(mut core) = self.shared.lock_unless_forked() else {
-            std::mem::forget(work);
-            return;
-        };
-        let id = self.id;
+        }
+        match self.shared.lock_unless_forked() {
+            Some(core) => {
+                let work = self.work.take().expect("checked above");
+                Self::end_wait(
+                    &self.shared,
+                    core,
+                    work,
+                    self.id,
+                    self.released,
+                    self.done_at,
+                );
+            }
+            None => std::mem::forget(self.work.take()),
+        }
+    }
+
+    /// [`finish`](Self::finish) with the core lock held already.
+    fn end_wait(
+        shared: &Shared,
+        mut core: CoreGuard<'_>,
+        work: WorkRef,
+        id: usize,
+        released: bool,
+        done_at: u64,
+    ) {
         core.run_wakers.retain(|waiter| waiter.id != id);
-        let over = self.run_over(&work);
-        self.shared.end_cancel_wait(&mut core, &work, self.released);
+        let over = Self::run_over(&work, done_at);
+        shared.end_cancel_wait(&mut core, &work, released);
         drop(core);
-        if over && self.released {
+        if over && released {
             drop_contained(&work);
         }
     }
@@ -140,9 +160,16 @@ impl Future for CancelWait {
         let Some(mut core) = this.shared.lock_unless_forked() else {
             return Poll::Ready(this.was_pending);
         };
-        if this.run_over(work) {
-            drop(core);
-            this.finish();
+        if Self::run_over(work, this.done_at) {
+            let work = this.work.take().expect("checked above");
+            Self::end_wait(
+                &this.shared,
+                core,
+                work,
+                this.id,
+                this.released,
+                this.done_at,
+            );
             return Poll::Ready(this.was_pending);
         }
         let address = frames::address(work);

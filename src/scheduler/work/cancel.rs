@@ -145,11 +145,11 @@ impl Shared {
             None
         } else if frames::is_running_here(work) {
             Some(Err(WaitCycle::own()))
-        } else if waiter == Waiter::Async || release == Release::DropAndWait {
-            // A future blocks no thread, so its wait closes no cycle.
-            Some(Ok(
-                (waiter == Waiter::Thread).then(|| waits::begin_wait_unchecked(work))
-            ))
+        } else if waiter == Waiter::Async {
+            // A future blocks no thread, so its wait closes no cycle and has no edge.
+            Some(Ok(None))
+        } else if release == Release::DropAndWait {
+            Some(Ok(Some(waits::begin_wait_unchecked(work))))
         } else {
             Some(waits::begin_wait(work).map(Some))
         };
