@@ -24,14 +24,19 @@
 //! each scheduler compares it with the generation it was made in. The handler only does
 //! atomic operations, which are async-signal-safe. The same registration holds the work
 //! name table's lock across the fork (see `scheduler::names`).
+//!
+//! The rules hold on every unix: `pthread_atfork` is POSIX. Windows has no `fork()`, so
+//! there nothing registers and the generation never moves.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+#[cfg_attr(not(unix), allow(dead_code))]
 static REGISTER: Mutex<()> = Mutex::new(());
 
+#[cfg_attr(not(unix), allow(dead_code))]
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Ordering::Relaxed);
     crate::scheduler::work::names::after_fork();
@@ -49,6 +54,13 @@ pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Relaxed)
 }
 
+#[cfg(not(unix))]
+#[cold]
+fn register() {
+    REGISTERED.store(true, Ordering::Release);
+}
+
+#[cfg(unix)]
 #[cold]
 fn register() {
     let _once = crate::sync::lock_std(&REGISTER);

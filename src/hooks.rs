@@ -1,12 +1,11 @@
 //! Hooks for nicework's own tests, benchmarks and loom models. Not part of the API:
 //! hidden from the docs, and free to change in any release.
 
-use crate::Scheduler;
-
 /// The kernel thread ids of a scheduler's worker threads (empty for a manual
 /// scheduler), for reading their `/proc/self/task/TID/` files in tests.
-pub fn worker_tids(sched: &Scheduler) -> Vec<i32> {
-    crate::sync::lock_std(&sched.shared().worker_tids).clone()
+#[cfg(target_os = "linux")]
+pub fn worker_tids(sched: &crate::Scheduler) -> Vec<i32> {
+    sched.shared().wakeups.worker_tids()
 }
 
 /// Whether `IdSpace::enter()`'s fast path is fence-free: `membarrier` is registered and

@@ -220,7 +220,7 @@ impl Builder {
 fn start_hosted(config: Config) -> Result<(Scheduler, Driver), Error> {
     use std::sync::Arc;
 
-    use crate::clock::timerfd::TimerSource;
+    use crate::clock::timer::TimerSource;
     use crate::scheduler::shared::Shared;
 
     let source = TimerSource::new_nonblocking()?;
@@ -241,7 +241,7 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 fn start(config: Config) -> Result<Scheduler, Error> {
     use std::sync::{Arc, mpsc};
 
-    use crate::clock::timerfd::TimerSource;
+    use crate::clock::timer::TimerSource;
     use crate::scheduler::shared::Shared;
     use crate::sync::lock_std;
 
@@ -265,7 +265,7 @@ fn start(config: Config) -> Result<Scheduler, Error> {
     drop(started_tx);
     for _ in 0..shared.config.workers {
         match started_rx.recv() {
-            Ok(Ok(tid)) => lock_std(&shared.worker_tids).push(tid),
+            Ok(Ok(tid)) => shared.wakeups.add_worker(tid),
             Ok(Err(error)) => return Err(error),
             Err(_) => {
                 return Err(Error::Io(std::io::Error::other(

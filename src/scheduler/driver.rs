@@ -29,7 +29,7 @@ use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::clock::timerfd::TimerReader;
+use crate::clock::timer::TimerReader;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
@@ -216,7 +216,11 @@ impl Driver {
     }
 }
 
-#[cfg(unix)]
+/// Linux only: other OSes have no descriptor that becomes readable at a deadline (and on
+/// Linux built with `--cfg nicework_portable` the timer is not a timerfd). There the host
+/// sleeps until [`next_deadline`](Driver::next_deadline) and learns of an earlier one
+/// through [`set_waker`](Driver::set_waker).
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 impl std::os::fd::AsFd for Driver {
     /// The scheduler's timerfd, non-blocking: readable once the next deadline passes
     /// (also when an arm from another thread moved it earlier). [`run_due`](Driver::run_due)

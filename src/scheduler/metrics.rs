@@ -1,11 +1,10 @@
 //! [`Metrics`]: one snapshot of a scheduler's diagnostics.
 //!
 //! Everything is read under the core lock at one moment, except the wakeup count, which
-//! comes from `/proc` right after (a kernel counter the lock does not cover).
+//! is read right after (a counter the lock does not cover: see `wakeups`).
 
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::lending::LendingStats;
-use crate::sync::lock_std;
 
 /// A snapshot of a scheduler's diagnostics, from [`Scheduler::metrics`].
 ///
@@ -23,9 +22,10 @@ pub struct Metrics {
     /// cancelled, re-armed earlier or dropped) that leave when their tick comes or in
     /// the next sweep. It stays below about twice the armed works plus a constant.
     pub timer_entries: usize,
-    /// How many times the worker threads went to sleep and woke up so far: the sum of
-    /// their `voluntary_ctxt_switches` in `/proc/self/task/TID/status` (0 for a manual
-    /// scheduler). With every work parked it stays flat.
+    /// How many times the worker threads went to sleep and woke up so far (0 for a manual
+    /// or hosted scheduler). On Linux the sum of their `voluntary_ctxt_switches` in
+    /// `/proc/self/task/TID/status`; elsewhere the workers' own count of the times their
+    /// timed and idle waits returned. With every work parked it stays flat.
     pub worker_wakeups: u64,
     /// `Yield` increments the workers deferred because more threads were runnable than
     /// there are CPUs (see [`Builder::back_off`](crate::Builder::back_off)).
@@ -50,23 +50,7 @@ impl Metrics {
             lending: core.lending.stats,
         };
         drop(core);
-        metrics.worker_wakeups = lock_std(&shared.worker_tids)
-            .iter()
-            .map(|&tid| voluntary_switches(tid))
-            .sum();
+        metrics.worker_wakeups = shared.wakeups.read();
         metrics
     }
-}
-
-/// A thread's `voluntary_ctxt_switches`, or 0 once it has exited.
-fn voluntary_switches(tid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|count| count.trim().parse().ok())
-        })
-        .unwrap_or(0)
 }

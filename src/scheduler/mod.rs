@@ -4,16 +4,17 @@
 //! - [`handle`]: [`Scheduler`], the owning handle (and the non-owning one callbacks see).
 //! - [`builder`]: [`Builder`] and the limits it enforces.
 //! - [`shared`]: `Shared`, the state one scheduler shares with its works and workers:
-//!   the core lock and what it guards, the commit of an arm under it, the timerfd, and
+//!   the core lock and what it guards, the commit of an arm under it, the timer, and
 //!   shutdown.
 //! - [`lock`]: the core lock's guard, which wakes the owed wakers after it releases the
 //!   lock.
-//! - [`worker`]: the worker thread loop (leader/follower over one timerfd).
+//! - [`worker`]: the worker thread loop (leader/follower over one timer).
 //! - [`driver`]: [`Driver`], how a host's own loop runs a hosted scheduler's works.
 //! - [`backoff`]: how a worker backs off between `Yield` increments while every CPU is
 //!   busy.
 //! - [`global`](mod@global): [`global()`], the lazily started default scheduler.
 //! - [`metrics`]: [`Metrics`], the diagnostics snapshot.
+//! - [`wakeups`]: how the workers' wakeups are counted, from `/proc` or by the workers.
 //! - [`chunked`]: `run_chunked`, parallel cleanup on the caller and the workers.
 //! - [`work`]: a work's whole life (its handle, state word, arming, cancelling, runs,
 //!   timeouts, stats).
@@ -40,6 +41,7 @@ pub(crate) mod lock;
 mod metrics;
 pub(crate) mod shared;
 pub(crate) mod wait;
+mod wakeups;
 pub(crate) mod work;
 pub(crate) mod worker;
 

@@ -9,9 +9,10 @@ use std::time::Instant;
 use super::WorkRef;
 use crate::Priority;
 use crate::clock::Clock;
-use crate::clock::timerfd::TimerSource;
+use crate::clock::timer::TimerSource;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
+use crate::scheduler::wakeups::WorkerWakeups;
 use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
@@ -154,8 +155,8 @@ pub(crate) struct Shared {
     pub(super) handles: AtomicUsize,
     /// T: the worker threads to join at shutdown; filled by `build()`.
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
-    /// T: the workers' kernel thread ids; filled by `build()`.
-    pub(crate) worker_tids: std::sync::Mutex<Vec<libc::pid_t>>,
+    /// T: the workers' ids and wakeup count.
+    pub(crate) wakeups: WorkerWakeups,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
     /// none. Never later than the earliest armed deadline rounded up to the slack: every
@@ -182,6 +183,7 @@ impl Shared {
         raise_limit: Option<i32>,
     ) -> Self {
         let manual = timer.is_none();
+        let wakeups = WorkerWakeups::new(timer.as_ref());
         Shared {
             core: Mutex::new(Core {
                 timers: Timers::new(config.slack_ns / DEADLINE_UNIT_NS),
@@ -207,7 +209,7 @@ impl Shared {
             config,
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
-            worker_tids: std::sync::Mutex::new(Vec::new()),
+            wakeups,
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             fork_generation: crate::fork::generation(),
         }
@@ -234,7 +236,7 @@ impl Shared {
     }
 
     /// Whether worker `tid` runs with a flusher's priority now (see `lending`).
-    pub(super) fn is_lent_to(&self, tid: libc::pid_t) -> bool {
+    pub(super) fn is_lent_to(&self, tid: crate::priority::Tid) -> bool {
         self.lock().lending.is_lent_to(tid)
     }
 

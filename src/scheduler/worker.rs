@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
 use crate::Error;
-use crate::clock::timerfd::TimerReader;
+use crate::clock::timer::TimerReader;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::Shared;
@@ -50,7 +50,7 @@ pub(crate) fn is_worker_of(shared: &Shared) -> bool {
 pub(crate) fn main(
     shared: Arc<Shared>,
     reader: TimerReader,
-    started: Sender<Result<libc::pid_t, Error>>,
+    started: Sender<Result<crate::priority::Tid, Error>>,
 ) {
     let priority = shared.config.priority;
     if let Err(source) = priority.apply_to_current_thread() {
@@ -122,6 +122,7 @@ pub(crate) fn main(
         }
         core.idle_workers += 1;
         core = core.wait(&shared.idle);
+        shared.wakeups.follower_woke();
         core.idle_workers -= 1;
     }
     // Leave the poller role to another exiting worker.

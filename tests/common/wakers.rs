@@ -2,13 +2,10 @@
 //! wakes, one poll with a given waker, and whether a `Driver`'s descriptor is readable.
 
 use std::future::Future;
-use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
-
-use nicework::Driver;
 
 /// Counts the wakes of the wakers made from it.
 pub struct Wakes(pub AtomicUsize);
@@ -31,7 +28,10 @@ pub fn poll<F: Future + ?Sized>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::O
 }
 
 /// Whether the driver's descriptor is readable now (poll with a zero timeout).
-pub fn readable(driver: &Driver) -> bool {
+#[cfg(not(nicework_portable))]
+pub fn readable(driver: &nicework::Driver) -> bool {
+    use std::os::fd::{AsFd, AsRawFd};
+
     let mut pfd = libc::pollfd {
         fd: driver.as_fd().as_raw_fd(),
         events: libc::POLLIN,

@@ -27,7 +27,7 @@ use crate::priority;
 /// What a worker runs now, and what it was lent.
 #[derive(Debug)]
 pub(crate) struct RunSlot {
-    tid: libc::pid_t,
+    tid: priority::Tid,
     /// The worker's own nice, as it applied its priority at start-up.
     base_nice: i32,
     /// Whether the worker's own policy is `SCHED_IDLE`.
@@ -164,7 +164,7 @@ impl Lending {
     }
 
     /// Whether worker `tid` runs with a flusher's priority now.
-    pub(crate) fn is_lent_to(&self, tid: libc::pid_t) -> bool {
+    pub(crate) fn is_lent_to(&self, tid: priority::Tid) -> bool {
         self.slots.iter().any(|s| s.tid == tid && s.lent.is_some())
     }
 
@@ -247,7 +247,7 @@ impl Lending {
     }
 }
 
-#[cfg(all(test, not(all(loom, feature = "loom"))))]
+#[cfg(all(test, target_os = "linux", not(all(loom, feature = "loom"))))]
 mod tests {
     use std::sync::mpsc;
 

@@ -77,11 +77,13 @@ pub(crate) fn remove(address: usize) {
 }
 
 /// `pthread_atfork` prepare handler: holds the lock across `fork()`.
+#[cfg_attr(not(unix), allow(dead_code))]
 pub(crate) extern "C" fn before_fork() {
     std::mem::forget(Guard::acquire());
 }
 
 /// `pthread_atfork` parent and child handler: releases the lock taken before the fork.
+#[cfg_attr(not(unix), allow(dead_code))]
 pub(crate) extern "C" fn after_fork() {
     LOCKED.store(false, Ordering::Release);
 }
