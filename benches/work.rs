@@ -1,7 +1,8 @@
 //! Scheduler-core benchmarks, each figure a ratio against a peer measured in the same
 //! run (the machine is shared and noisy, so an absolute time alone is not a result).
 //!
-//! `cargo bench --bench work` (add `-- quick` for fewer rounds). Prints medians.
+//! `cargo bench --bench work` (add `-- quick` for fewer rounds; name benches to run only
+//! those, e.g. `-- per-run`). Prints medians.
 
 use std::future::Future;
 mod common;
@@ -272,6 +273,37 @@ fn parked_after_cancel_wakeups() {
     );
 }
 
+/// A lone periodic work: worker wakeups per run, with 1 and 2 workers (the kernel's
+/// timer programs the next expiry, so its figure is 1).
+fn wakeups_per_run() {
+    let periods_ms: &[u64] = if common::quick() {
+        &[10, 300]
+    } else {
+        &[10, 50, 300, 1000]
+    };
+    for workers in [1, 2] {
+        let mut row = String::new();
+        for &period_ms in periods_ms {
+            let sched = Scheduler::builder().workers(workers).build().unwrap();
+            let period = Duration::from_millis(period_ms);
+            let work = sched.every(period, |_| Next::Again);
+            while work.stats().runs < 2 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (runs, wakeups) = (work.stats().runs, sched.metrics().worker_wakeups);
+            let window = (period * 5).max(Duration::from_millis(1500));
+            std::thread::sleep(window);
+            let runs = work.stats().runs - runs;
+            let wakeups = sched.metrics().worker_wakeups - wakeups;
+            row += &format!(
+                "  {period_ms:>4} ms {:5.2}",
+                wakeups as f64 / runs.max(1) as f64
+            );
+        }
+        println!("wakeups per run, {workers} worker(s) {row}   (kernel timer: 1)");
+    }
+}
+
 /// A hosted driver's two calls that a host makes on every loop turn, against the one
 /// `Instant::now()` a host reads anyway.
 fn hosted_driver() {
@@ -358,7 +390,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-') && a != "quick")
         .collect();
-    let benches: [(&str, fn()); 9] = [
+    let benches: [(&str, fn()); 10] = [
         ("touch", touch_armed),
         ("timeout", touch_timeout),
         ("rearm", rearm_pair),
@@ -366,6 +398,7 @@ fn main() {
         ("armed-heap", heap_per_armed_work),
         ("wakeups", idle_wakeups),
         ("parked-wakeups", parked_after_cancel_wakeups),
+        ("per-run", wakeups_per_run),
         ("hosted", hosted_driver),
         ("stall", drop_stall),
     ];

@@ -32,15 +32,17 @@ pub enum Error {
     InvalidPriority(i32),
     /// The thread name prefix contains a NUL byte.
     InvalidName(String),
-    /// The worker thread could not apply its priority to itself, typically because the
-    /// process may not lower its nice value (no `CAP_SYS_NICE`, `RLIMIT_NICE` too low).
+    /// The worker thread could not apply its priority to itself: typically the process
+    /// may not lower its nice value (no `CAP_SYS_NICE`, `RLIMIT_NICE` too low), or the OS
+    /// cannot express the priority (an `io::ErrorKind::Unsupported` source; see
+    /// [`Priority`] for what each becomes on each OS).
     Priority {
         /// The priority that was asked for.
         priority: Priority,
         /// What the kernel said.
         source: io::Error,
     },
-    /// The timerfd or a worker thread could not be created.
+    /// The timer or a worker thread could not be created.
     Io(io::Error),
     /// The operation is not available in this build (real schedulers in loom models).
     Unsupported(&'static str),

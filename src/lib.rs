@@ -252,9 +252,29 @@
 //! get fresh ids above the high water at the fork (unique, but neither reused nor
 //! compacted); make a new one in the child for dense ids.
 //!
+//! # Platforms
+//!
+//! nicework builds for Linux, macOS, FreeBSD and Windows, with the same API and the same
+//! guarantees everywhere; what differs is the cost and the priority:
+//!
+//! - On Linux a worker sleeps on a timerfd, lock-free arming reads
+//!   `CLOCK_MONOTONIC_COARSE`, the `IdSpace` fast path is fence-free (`membarrier`), and a
+//!   waiter lends its priority to the worker it waits for.
+//! - Elsewhere a worker sleeps on a condition variable with a deadline, every path reads
+//!   the full clock, `enter()` pays one fence (`FlushProcessWriteBuffers` keeps it free on
+//!   Windows), lending is off, and a hosted [`Driver`] has no descriptor: the host sleeps
+//!   until [`Driver::next_deadline`] and is woken through [`Driver::set_waker`].
+//! - [`Priority`] lists what each priority becomes on each OS; one the OS cannot express
+//!   is an [`Error::Priority`] from `build()`.
+//!
+//! Linux built with `--cfg nicework_portable` uses the portable timer, clock and barrier,
+//! which is how their logic is tested. The README's "Platforms" section says what is
+//! tested and what is only type-checked.
+//!
 //! # Implementation
 //!
-//! One worker thread (or `workers(n)`) blocks on a `CLOCK_MONOTONIC` timerfd. Armed works
+//! One worker thread (or `workers(n)`) blocks on a `CLOCK_MONOTONIC` timerfd (on Linux;
+//! see [Platforms](#platforms)). Armed works
 //! sit in a hierarchical timing wheel ticking at the slack, whose entries are removed
 //! lazily. A work's state is one atomic word that carries its deadline, so `cancel` is one
 //! compare-and-swap, and `reschedule`/`schedule` are one too whenever the work's timer

@@ -12,9 +12,11 @@
 //! Invariants:
 //! - `deadline` is the one pending expiry: `program` replaces it, `disarm` clears it, and
 //!   the reader that finds it passed clears it (a one-shot timer fires once).
-//! - `program` notifies only when the new deadline is earlier than the one a sleeper may
-//!   be waiting for (or there was none): a later one lets the sleeper wake at the old
+//! - `program` notifies only when a reader sleeps and the new deadline is earlier than the
+//!   one it waits for (or it waits for none): a later one lets the sleeper wake at the old
 //!   time, see the new one and sleep again, which costs one wakeup instead of two.
+//!   `sleepers` is set and cleared under the lock around the wait, so a programmer that
+//!   sees none knows the reader will read the new deadline before it sleeps.
 //! - Each return of the OS wait is counted in [`WakeupCounter`]: the wakeups a worker
 //!   reports are the times it really woke, spurious and early ones included.
 //!
@@ -31,17 +33,26 @@ pub(crate) type WakeupCounter = Arc<AtomicU64>;
 
 #[derive(Debug)]
 struct Alarm {
-    /// When the programmed shot fires; `None` when disarmed or already seen.
-    deadline: Mutex<Option<Instant>>,
+    shot: Mutex<Shot>,
     rung: Condvar,
     wakeups: WakeupCounter,
 }
 
+/// What the alarm's mutex guards.
+#[derive(Debug, Default)]
+struct Shot {
+    /// When the programmed shot fires; `None` when disarmed or already seen.
+    at: Option<Instant>,
+    /// Readers inside the condition-variable wait (set and cleared under the lock, so
+    /// whoever holds the lock and sees one knows it is asleep, not on its way there).
+    sleepers: usize,
+}
+
 impl Alarm {
-    fn deadline(&self) -> MutexGuard<'_, Option<Instant>> {
+    fn shot(&self) -> MutexGuard<'_, Shot> {
         // Only this module's code runs under the lock and none of it panics: a poisoned
-        // lock still holds a consistent deadline.
-        self.deadline
+        // lock still holds a consistent shot.
+        self.shot
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -63,7 +74,7 @@ impl TimerSource {
     pub(crate) fn new() -> io::Result<Self> {
         Ok(TimerSource {
             alarm: Arc::new(Alarm {
-                deadline: Mutex::new(None),
+                shot: Mutex::new(Shot::default()),
                 rung: Condvar::new(),
                 wakeups: WakeupCounter::default(),
             }),
@@ -95,11 +106,12 @@ impl TimerSource {
             .checked_add(Duration::from_nanos(after_ns))
             // Beyond what `Instant` can hold: as good as never, but still armed.
             .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)));
-        let mut deadline = self.alarm.deadline();
-        let earlier = deadline.is_none_or(|old| at < old);
-        *deadline = Some(at);
-        drop(deadline);
-        if earlier {
+        let mut shot = self.alarm.shot();
+        let earlier = shot.at.is_none_or(|old| at < old);
+        shot.at = Some(at);
+        let sleepers = shot.sleepers;
+        drop(shot);
+        if earlier && sleepers > 0 {
             self.alarm.rung.notify_all();
         }
     }
@@ -107,43 +119,164 @@ impl TimerSource {
     /// No shot pending; a blocked reader keeps sleeping (it wakes at most once more, at
     /// the time it was waiting for, and sleeps on without a deadline).
     pub(crate) fn disarm(&mut self) {
-        *self.alarm.deadline() = None;
+        self.alarm.shot().at = None;
     }
 }
 
 impl TimerReader {
     /// Blocks until the programmed time passes.
     pub(crate) fn wait(&self) {
-        let mut deadline = self.alarm.deadline();
+        let mut shot = self.alarm.shot();
         loop {
             let now = Instant::now();
-            deadline = match *deadline {
+            let timeout = match shot.at {
                 Some(at) if at <= now => {
-                    *deadline = None;
+                    shot.at = None;
                     return;
                 }
-                Some(at) => {
+                Some(at) => Some(at - now),
+                None => None,
+            };
+            shot.sleepers += 1;
+            shot = match timeout {
+                Some(timeout) => {
                     self.alarm
                         .rung
-                        .wait_timeout(deadline, at - now)
+                        .wait_timeout(shot, timeout)
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
                         .0
                 }
                 None => self
                     .alarm
                     .rung
-                    .wait(deadline)
+                    .wait(shot)
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             };
+            shot.sleepers -= 1;
             self.alarm.wakeups.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Clears an expiry that passed, as reading a non-blocking timerfd does.
     pub(crate) fn drain(&self) {
-        let mut deadline = self.alarm.deadline();
-        if deadline.is_some_and(|at| at <= Instant::now()) {
-            *deadline = None;
+        let mut shot = self.alarm.shot();
+        if shot.at.is_some_and(|at| at <= Instant::now()) {
+            shot.at = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+
+    use super::*;
+
+    /// Generous: how long a blocked reader may take to notice what it must notice.
+    const NOTICE: Duration = Duration::from_secs(30);
+    const HOUR_NS: u64 = 3_600_000_000_000;
+
+    /// Blocks a reader on its own thread; the receiver hears when `wait` returns.
+    fn blocked_reader(source: &TimerSource) -> (mpsc::Receiver<()>, std::thread::JoinHandle<()>) {
+        let reader = source.reader().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            reader.wait();
+            let _ = tx.send(());
+        });
+        (rx, thread)
+    }
+
+    /// Waits until the reader sleeps in the condition variable (so what comes next must
+    /// wake it, not merely be seen by it on its way in).
+    fn until_asleep(source: &TimerSource) {
+        while source.alarm.shot().sleepers == 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn an_earlier_program_wakes_a_reader_waiting_for_a_later_one() {
+        let mut source = TimerSource::new().unwrap();
+        source.program(HOUR_NS);
+        let (woke, thread) = blocked_reader(&source);
+        until_asleep(&source);
+        source.program(0);
+        woke.recv_timeout(NOTICE)
+            .expect("the earlier shot woke the reader");
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_reader_with_no_deadline_wakes_when_one_is_programmed() {
+        let mut source = TimerSource::new().unwrap();
+        let (woke, thread) = blocked_reader(&source);
+        until_asleep(&source);
+        source.program(1_000_000);
+        woke.recv_timeout(NOTICE).expect("the shot woke the reader");
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn an_expiry_before_the_reader_blocks_is_kept_and_fires_once() {
+        let mut source = TimerSource::new().unwrap();
+        source.program(0);
+        let reader = source.reader().unwrap();
+        reader.wait(); // returns at once: the shot passed before the wait
+        assert_eq!(source.alarm.shot().at, None, "a one-shot fires once");
+        // The next wait needs a new shot.
+        source.program(0);
+        reader.wait();
+    }
+
+    #[test]
+    fn disarm_and_a_later_program_leave_the_reader_asleep() {
+        let mut source = TimerSource::new().unwrap();
+        source.program(HOUR_NS);
+        let (woke, thread) = blocked_reader(&source);
+        until_asleep(&source);
+        source.program(2 * HOUR_NS);
+        source.disarm();
+        // Still asleep: neither woke it (a wakeup would be counted before it slept again).
+        until_asleep(&source);
+        assert_eq!(source.wakeups().load(Ordering::Relaxed), 0);
+        assert!(woke.try_recv().is_err(), "no shot is pending");
+        source.program(0);
+        woke.recv_timeout(NOTICE)
+            .expect("a new shot still wakes it");
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn drain_clears_only_a_passed_expiry() {
+        let mut source = TimerSource::new().unwrap();
+        let reader = source.reader().unwrap();
+        source.program(HOUR_NS);
+        reader.drain();
+        assert!(source.alarm.shot().at.is_some(), "not passed: kept");
+        source.program(0);
+        reader.drain();
+        assert_eq!(source.alarm.shot().at, None);
+    }
+
+    #[test]
+    fn a_huge_delay_is_armed_far_away_not_overflowed() {
+        let mut source = TimerSource::new().unwrap();
+        source.program(u64::MAX);
+        let at = source.alarm.shot().at.expect("armed");
+        assert!(at > Instant::now() + Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn every_return_of_the_wait_is_counted() {
+        let mut source = TimerSource::new().unwrap();
+        let wakeups = source.wakeups();
+        let reader = source.reader().unwrap();
+        source.program(0);
+        reader.wait(); // passed before the wait: no sleep, no wakeup
+        assert_eq!(wakeups.load(Ordering::Relaxed), 0);
+        source.program(5_000_000);
+        reader.wait(); // sleeps until the shot: at least one wakeup
+        assert!(wakeups.load(Ordering::Relaxed) >= 1);
     }
 }

@@ -225,9 +225,18 @@ struct Reports {
 impl Reports {
     fn new() -> Reports {
         let mut fds = [0; 2];
-        // SAFETY: `fds` is a valid out-array of two ints.
-        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) };
-        assert_eq!(rc, 0, "pipe2 failed");
+        // SAFETY: `fds` is a valid out-array of two ints. (`pipe` and `fcntl` rather than
+        // `pipe2`, which macOS lacks; a test that execs in between may leak the pair into
+        // its child, which only holds them open until it exits.)
+        let rc = unsafe { libc::pipe(fds.as_mut_ptr()) };
+        assert_eq!(rc, 0, "pipe failed");
+        for fd in fds {
+            // SAFETY: `fd` is a descriptor just opened.
+            unsafe {
+                assert_eq!(libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC), 0);
+                assert_eq!(libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK), 0);
+            }
+        }
         Reports {
             read: fds[0],
             write: fds[1],

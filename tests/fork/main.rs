@@ -9,6 +9,8 @@
 //!   callback (on a fresh scheduler, say) while parent threads were using the process-wide
 //!   wait-for graph at the fork.
 
+#![cfg(unix)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -10,7 +10,7 @@ use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use common::wakers::counting_waker;
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 use common::wakers::readable;
 use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Driver, Error, IdSpace, Next, Priority, Scheduler};
@@ -328,7 +328,7 @@ fn the_waker_is_woken_when_the_next_deadline_moves_earlier_and_may_call_back_in(
 }
 
 // The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn the_descriptor_is_readable_once_the_next_deadline_passes_and_cleared_by_run_due() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
@@ -375,7 +375,7 @@ fn a_driver_moved_to_another_thread_runs_the_works_there() {
 /// the next deadline is still ahead (it would spin), also while the last `Scheduler`
 /// handle is dropped and the scheduler shuts down under it.
 // The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn the_descriptor_is_never_readable_while_run_due_finds_nothing_due_around_shutdown() {
     let mut spins = 0;

@@ -5,21 +5,30 @@
 use crate::common;
 
 use std::future::Future;
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 use common::wakers::readable;
 use common::wakers::{Wakes, counting_waker as counting, poll};
 use common::{EVENTUALLY, drop_flag};
 use nicework::{Driver, Next, Scheduler};
 
 thread_local! { static CALL: std::cell::Cell<u64> = const { std::cell::Cell::new(0) }; }
+
+/// A number for the calling thread, unique in the process.
+fn thread_number() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, SeqCst);
+    }
+    NUMBER.with(|n| *n)
+}
 
 #[test]
 fn two_threads_run_due_never_run_a_work_twice_at_once_or_twice_per_call() {
@@ -34,7 +43,7 @@ fn two_threads_run_due_never_run_a_work_twice_at_once_or_twice_per_call() {
             if busy.swap(true, SeqCst) {
                 bad.fetch_add(1, SeqCst);
             }
-            let tid = common::gettid() as u64;
+            let tid = thread_number();
             let call = CALL.with(|c| c.get());
             {
                 let mut l = last.lock().unwrap();
@@ -240,10 +249,13 @@ fn waker_drops_last_scheduler_inside_wake_then_fd_and_run_due_do_not_spin() {
     assert_eq!(driver.next_deadline(), None);
     // The host loops on the fd: readable at most once, and run_due clears it. (A
     // portable build has no descriptor: its host loops on run_due alone.)
-    #[cfg_attr(nicework_portable, allow(unused_mut))]
+    #[cfg_attr(
+        not(all(target_os = "linux", not(nicework_portable))),
+        allow(unused_mut)
+    )]
     let mut readable_count = 0;
     for _ in 0..50 {
-        #[cfg(not(nicework_portable))]
+        #[cfg(all(target_os = "linux", not(nicework_portable)))]
         if readable(&driver) {
             readable_count += 1;
         }
@@ -254,12 +266,12 @@ fn waker_drops_last_scheduler_inside_wake_then_fd_and_run_due_do_not_spin() {
         readable_count <= 1,
         "fd readable {readable_count} times after shutdown"
     );
-    #[cfg(not(nicework_portable))]
+    #[cfg(all(target_os = "linux", not(nicework_portable)))]
     assert!(!readable(&driver));
 }
 
 // The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn last_scheduler_dropped_while_host_loops_on_fd() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
@@ -321,7 +333,7 @@ fn last_scheduler_dropped_while_host_loops_on_fd() {
 /// An epoll-style host: whenever the fd is readable, run_due; the fd must not stay
 /// readable once run_due returned when the next deadline is later.
 // The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(not(nicework_portable))]
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn fd_never_stays_readable_after_run_due_under_foreign_arms() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();

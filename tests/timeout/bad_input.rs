@@ -4,11 +4,11 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use common::{assert_inert, eventually};
-use nicework::{Next, Scheduler, Work};
+use nicework::{Next, Scheduler};
 
 fn sched() -> Scheduler {
     Scheduler::builder().workers(2).build().unwrap()
@@ -110,8 +110,13 @@ fn named_works_renamed_concurrently_while_running() {
 
 /// fork() while other threads name works: the child reads a named work's name (the name
 /// table's spin lock must not be inherited held) and exits 0.
+// `fork()` is unix's.
+#[cfg(unix)]
 #[test]
 fn fork_while_other_threads_name_works() {
+    use nicework::Work;
+    use std::sync::atomic::AtomicBool;
+
     let sched = sched();
     let named = sched.work(|_| Next::Park).named("the-named-one");
     let stop = Arc::new(AtomicBool::new(false));

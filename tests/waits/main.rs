@@ -16,6 +16,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+// Tells the caller's chunks from the workers' by kernel thread id, and reads nice values.
+#[cfg(target_os = "linux")]
 mod chunked;
 mod chunked_cycles;
 mod chunked_helper_cycles;

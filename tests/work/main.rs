@@ -47,6 +47,8 @@ mod lock_free_arming;
 mod manual;
 mod manual_ticks;
 mod promise_edges;
+// Waits for thread states in `/proc/self/task/TID/stat` and pins threads to CPUs: Linux's.
+#[cfg(target_os = "linux")]
 mod promises;
 mod reference_model;
 mod scheduler_drop_in_callback;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::{EVENTUALLY, drop_flag, eventually};
-use nicework::{Next, Priority, Scheduler, Work};
+use nicework::{Next, Scheduler, Work};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -296,8 +296,12 @@ fn a_stalled_work_is_rearmed_from_the_end_of_its_run_and_lateness_is_recorded() 
 }
 
 // The worker runs at its priority from its first run.
+// Nice values and `SCHED_IDLE` are Linux's (see `Priority` for what other OSes set).
+#[cfg(target_os = "linux")]
 #[test]
 fn the_worker_runs_at_its_priority_from_the_first_run() {
+    use nicework::Priority;
+
     for (priority, nice, policy) in [
         (Priority::Nice(19), 19, libc::SCHED_OTHER),
         (Priority::Nice(7), 7, libc::SCHED_OTHER),
