@@ -22,6 +22,19 @@
 //!
 //! The lock order is the core lock, then the alarm's: `program` runs under the core lock
 //! and a sleeping reader holds only the alarm's.
+//!
+//! # A hosted scheduler's descriptor (unix)
+//!
+//! Nobody blocks on a hosted scheduler's alarm; the host sleeps until
+//! `Driver::next_deadline` in its own loop. So that the host also learns when that
+//! deadline moves earlier without a waker, a hosted alarm on unix has a non-blocking
+//! pipe, the `Driver`'s descriptor: [`TimerSource::signal_host`] writes a byte when the
+//! scheduler's next wake moves earlier (as on Linux, nothing at shutdown: nothing is due
+//! again), and the driver's
+//! [`TimerReader::drain`] empties it. Both run under the core lock, so they never race;
+//! `host_signalled` is the flag `run_due` reads without the lock, set only after the byte
+//! is written, so a readable descriptor always sends `run_due` down the path that drains
+//! it and the host never spins on it.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +49,79 @@ struct Alarm {
     shot: Mutex<Shot>,
     rung: Condvar,
     wakeups: WakeupCounter,
+    /// A hosted alarm's descriptor (see the module docs).
+    #[cfg(unix)]
+    host: Option<HostPipe>,
+}
+
+/// The pipe a hosted alarm signals its host through.
+#[cfg(unix)]
+#[derive(Debug)]
+struct HostPipe {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+    /// Set after a byte is written, cleared before the pipe is emptied.
+    signalled: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(unix)]
+impl HostPipe {
+    fn new() -> io::Result<Self> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a valid out-array of two ints (`pipe2` is not on every unix).
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just opened and are owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        for fd in [&read, &write] {
+            use std::os::fd::AsRawFd;
+            let fd = fd.as_raw_fd();
+            // SAFETY: `fd` is open; these calls only set its flags.
+            let ok = unsafe {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0
+                    && libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) == 0
+            };
+            if !ok {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(HostPipe {
+            read,
+            write,
+            signalled: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn signal(&self) {
+        use std::os::fd::AsRawFd;
+        if self.signalled.load(Ordering::Relaxed) {
+            return; // a byte is already waiting
+        }
+        // SAFETY: one byte from a valid buffer to an open descriptor; a full pipe
+        // (EAGAIN) already holds a byte, which is all a signal needs.
+        unsafe { libc::write(self.write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        self.signalled.store(true, Ordering::Release);
+    }
+
+    fn drain(&self) {
+        use std::os::fd::AsRawFd;
+        if !self.signalled.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let mut bytes = [0u8; 64];
+        // SAFETY: reads into a valid buffer from an open, non-blocking descriptor.
+        while unsafe {
+            libc::read(
+                self.read.as_raw_fd(),
+                bytes.as_mut_ptr().cast(),
+                bytes.len(),
+            )
+        } > 0
+        {}
+    }
 }
 
 /// What the alarm's mutex guards.
@@ -72,19 +158,40 @@ pub(crate) struct TimerReader {
 
 impl TimerSource {
     pub(crate) fn new() -> io::Result<Self> {
-        Ok(TimerSource {
-            alarm: Arc::new(Alarm {
-                shot: Mutex::new(Shot::default()),
-                rung: Condvar::new(),
-                wakeups: WakeupCounter::default(),
-            }),
-        })
+        Ok(Self::with_alarm(Alarm {
+            shot: Mutex::new(Shot::default()),
+            rung: Condvar::new(),
+            wakeups: WakeupCounter::default(),
+            #[cfg(unix)]
+            host: None,
+        }))
     }
 
-    /// A timer for a hosted scheduler's `Driver`: nobody blocks on it, so it is the same
-    /// timer (the host learns the deadline from `Driver::next_deadline` and its waker).
+    fn with_alarm(alarm: Alarm) -> Self {
+        TimerSource {
+            alarm: Arc::new(alarm),
+        }
+    }
+
+    /// A timer for a hosted scheduler's `Driver`: nobody blocks on it; on unix it has the
+    /// host's descriptor (see the module docs).
     pub(crate) fn new_nonblocking() -> io::Result<Self> {
-        Self::new()
+        Ok(Self::with_alarm(Alarm {
+            shot: Mutex::new(Shot::default()),
+            rung: Condvar::new(),
+            wakeups: WakeupCounter::default(),
+            #[cfg(unix)]
+            host: Some(HostPipe::new()?),
+        }))
+    }
+
+    /// Tells a hosted scheduler's host that its next wake moved earlier: the descriptor
+    /// turns readable.
+    pub(crate) fn signal_host(&self) {
+        #[cfg(unix)]
+        if let Some(pipe) = &self.alarm.host {
+            pipe.signal();
+        }
     }
 
     /// Another end of the same timer for a worker to block on.
@@ -157,12 +264,42 @@ impl TimerReader {
         }
     }
 
-    /// Clears an expiry that passed, as reading a non-blocking timerfd does.
+    /// Clears an expiry that passed, as reading a non-blocking timerfd does, and empties
+    /// a hosted alarm's descriptor.
     pub(crate) fn drain(&self) {
         let mut shot = self.alarm.shot();
         if shot.at.is_some_and(|at| at <= Instant::now()) {
             shot.at = None;
         }
+        drop(shot);
+        #[cfg(unix)]
+        if let Some(pipe) = &self.alarm.host {
+            pipe.drain();
+        }
+    }
+
+    /// Whether the host's descriptor may be readable (read without a lock by `run_due`,
+    /// which then drains it).
+    #[inline]
+    pub(crate) fn host_signalled(&self) -> bool {
+        #[cfg(unix)]
+        if let Some(pipe) = &self.alarm.host {
+            return pipe.signalled.load(Ordering::Acquire);
+        }
+        false
+    }
+}
+
+#[cfg(unix)]
+impl std::os::fd::AsFd for TimerReader {
+    /// A hosted alarm's descriptor (a worker's reader has none and is never asked).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.alarm
+            .host
+            .as_ref()
+            .expect("only a hosted scheduler's Driver has a descriptor")
+            .read
+            .as_fd()
     }
 }
 

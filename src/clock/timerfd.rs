@@ -58,6 +58,10 @@ impl TimerSource {
             .set_state(TimerState::Oneshot(after), SetTimeFlags::Default);
     }
 
+    /// A timerfd turns readable at the deadline itself, earlier or not: nothing to do.
+    #[inline]
+    pub(crate) fn signal_host(&self) {}
+
     pub(crate) fn disarm(&mut self) {
         self.fd
             .set_state(TimerState::Disarmed, SetTimeFlags::Default);
@@ -74,6 +78,12 @@ impl TimerReader {
     /// only at the next one.
     pub(crate) fn drain(&self) {
         self.fd.read();
+    }
+
+    /// A timerfd is readable only once its deadline passed, which `run_due` sees anyway.
+    #[inline]
+    pub(crate) fn host_signalled(&self) -> bool {
+        false
     }
 }
 

@@ -5,9 +5,13 @@
 //! - [`Driver::next_deadline`], for a loop that sleeps with a timeout or a runtime timer;
 //! - the waker ([`Driver::set_waker`]), woken from the arming thread whenever the next
 //!   deadline may have moved earlier;
-//! - on Linux, the descriptor ([`AsFd`]): a non-blocking timerfd programmed for the next
-//!   deadline, so it turns readable once that deadline passes, also when an arm from
-//!   another thread moved it earlier. An epoll or mio loop needs nothing else.
+//! - on unix, the descriptor ([`AsFd`](std::os::fd::AsFd)). On Linux it is a
+//!   non-blocking timerfd programmed for the next deadline, so it turns readable once that
+//!   deadline passes, also when an arm from another thread moved it earlier: an epoll or
+//!   mio loop needs nothing else. On other unixes (and Linux built with
+//!   `--cfg nicework_portable`) it is a pipe that turns readable whenever the next
+//!   deadline may have moved earlier: the loop polls it with `next_deadline` as its
+//!   timeout.
 //!
 //! # Invariants
 //!
@@ -41,7 +45,7 @@ use crate::scheduler::work::state::units_to_ns;
 ///
 /// A host loop calls [`run_due`](Self::run_due) whenever it wakes, and sleeps until
 /// [`next_deadline`](Self::next_deadline), or until the waker it registered with
-/// [`set_waker`](Self::set_waker) is woken, or (on Linux) until the driver's descriptor is
+/// [`set_waker`](Self::set_waker) is woken, or (on unix) until the driver's descriptor is
 /// readable. Works run on the thread that calls `run_due`, at its priority, in deadline
 /// order. `Driver` is `Send + Sync` and not `Clone`: one host runs the works (two threads
 /// calling `run_due` at once still never run one work twice at the same time).
@@ -127,10 +131,13 @@ impl Driver {
     /// ```
     pub fn run_due(&self) -> usize {
         let shared = &self.shared;
-        if shared.host_wake_ns.load(Ordering::Acquire) > shared.now_ns() {
+        if shared.host_wake_ns.load(Ordering::Acquire) > shared.now_ns()
+            && !self.timer.host_signalled()
+        {
             // Nothing is due (nothing is armed, for `NO_HOST_WAKE`), and the descriptor
             // is not readable: `Shared::reprogram` publishes a wake in the future only
-            // once the timer no longer fires before it.
+            // once the timer no longer fires before it, and a signalled descriptor is
+            // drained below.
             return 0;
         }
         if frames::in_callback() {
@@ -216,15 +223,15 @@ impl Driver {
     }
 }
 
-/// Linux only: other OSes have no descriptor that becomes readable at a deadline (and on
-/// Linux built with `--cfg nicework_portable` the timer is not a timerfd). There the host
-/// sleeps until [`next_deadline`](Driver::next_deadline) and learns of an earlier one
-/// through [`set_waker`](Driver::set_waker).
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+/// On unix. Windows hosts use [`next_deadline`](Driver::next_deadline) and
+/// [`set_waker`](Driver::set_waker).
+#[cfg(unix)]
 impl std::os::fd::AsFd for Driver {
-    /// The scheduler's timerfd, non-blocking: readable once the next deadline passes
-    /// (also when an arm from another thread moved it earlier). [`run_due`](Driver::run_due)
-    /// clears it; never read it yourself.
+    /// Linux: the scheduler's timerfd, non-blocking: readable once the next deadline
+    /// passes (also when an arm from another thread moved it earlier). Other unixes: a
+    /// pipe, readable whenever [`next_deadline`](Driver::next_deadline) may have moved
+    /// earlier, so the host polls it with that deadline as its timeout. Both are quiet
+    /// after shutdown, when nothing is due again. [`run_due`](Driver::run_due) clears it; never read it yourself.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.timer.as_fd()
     }

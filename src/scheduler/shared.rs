@@ -439,6 +439,9 @@ impl Shared {
             let wake_ns = self.wake_for(deadline_ns, now_ns);
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
+                if let Some(timer) = &core.timer {
+                    timer.signal_host();
+                }
                 if let Some(waker) = &core.host_waker {
                     core.owed_wakes.push(waker.clone());
                 }

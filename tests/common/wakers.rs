@@ -28,7 +28,7 @@ pub fn poll<F: Future + ?Sized>(future: Pin<&mut F>, waker: &Waker) -> Poll<F::O
 }
 
 /// Whether the driver's descriptor is readable now (poll with a zero timeout).
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+#[cfg(unix)]
 pub fn readable(driver: &nicework::Driver) -> bool {
     use std::os::fd::{AsFd, AsRawFd};
 

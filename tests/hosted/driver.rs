@@ -10,7 +10,7 @@ use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use common::wakers::counting_waker;
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+#[cfg(unix)]
 use common::wakers::readable;
 use common::{EVENTUALLY, drop_flag, eventually};
 use nicework::{Driver, Error, IdSpace, Next, Priority, Scheduler};
@@ -327,7 +327,8 @@ fn the_waker_is_woken_when_the_next_deadline_moves_earlier_and_may_call_back_in(
     drop(reentrant);
 }
 
-// The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
+// Linux's timerfd turns readable at the deadline; the portable descriptor is a pipe that
+// turns readable when the deadline moves earlier (the next test).
 #[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn the_descriptor_is_readable_once_the_next_deadline_passes_and_cleared_by_run_due() {
@@ -374,8 +375,46 @@ fn a_driver_moved_to_another_thread_runs_the_works_there() {
 /// An fd-driven host never finds the descriptor readable while `run_due` returns 0 and
 /// the next deadline is still ahead (it would spin), also while the last `Scheduler`
 /// handle is dropped and the scheduler shuts down under it.
-// The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+/// The portable descriptor (other unixes, and Linux with `--cfg nicework_portable`) turns
+/// readable whenever the next deadline moves earlier, from any thread, and `run_due`
+/// clears it, also when nothing is due yet; a later deadline leaves it alone.
+#[cfg(all(unix, not(all(target_os = "linux", not(nicework_portable)))))]
+#[test]
+fn the_portable_descriptor_is_readable_when_the_next_deadline_moves_earlier() {
+    let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+    assert!(!readable(&driver), "nothing armed");
+    let work = sched.work(|_| Next::Park);
+    work.schedule(Duration::from_secs(3600)); // the first deadline: earlier than none
+    assert!(readable(&driver));
+    assert_eq!(driver.run_due(), 0, "nothing is due yet");
+    assert!(
+        !readable(&driver),
+        "run_due cleared it without running anything"
+    );
+    work.reschedule(Duration::from_secs(7200)); // later: nothing to tell
+    assert!(!readable(&driver));
+    std::thread::scope(|s| {
+        s.spawn(|| sched.work(|_| Next::Stop).schedule(Duration::from_secs(60)));
+    });
+    assert!(readable(&driver), "moved earlier from another thread");
+    assert_eq!(driver.run_due(), 0);
+    assert!(!readable(&driver));
+    let soon = sched.work(|_| Next::Stop);
+    soon.schedule(Duration::from_millis(1));
+    assert!(readable(&driver));
+    assert!(eventually(|| {
+        driver.run_due();
+        soon.stats().runs == 1
+    }));
+    drop(sched);
+    assert!(
+        !readable(&driver),
+        "quiet at shutdown: nothing is due again"
+    );
+}
+
+// The descriptor is unix's (see `Driver`'s `AsFd`).
+#[cfg(unix)]
 #[test]
 fn the_descriptor_is_never_readable_while_run_due_finds_nothing_due_around_shutdown() {
     let mut spins = 0;

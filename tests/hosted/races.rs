@@ -5,7 +5,7 @@
 use crate::common;
 
 use std::future::Future;
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+#[cfg(unix)]
 use std::os::fd::{AsFd, AsRawFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+#[cfg(unix)]
 use common::wakers::readable;
 use common::wakers::{Wakes, counting_waker as counting, poll};
 use common::{EVENTUALLY, drop_flag};
@@ -247,15 +247,12 @@ fn waker_drops_last_scheduler_inside_wake_then_fd_and_run_due_do_not_spin() {
     assert!(me.slot.lock().unwrap().is_none());
     assert!(!w.schedule(Duration::ZERO));
     assert_eq!(driver.next_deadline(), None);
-    // The host loops on the fd: readable at most once, and run_due clears it. (A
-    // portable build has no descriptor: its host loops on run_due alone.)
-    #[cfg_attr(
-        not(all(target_os = "linux", not(nicework_portable))),
-        allow(unused_mut)
-    )]
+    // The host loops on the fd: readable at most once, and run_due clears it. (Windows
+    // has no descriptor: its host loops on run_due alone.)
+    #[cfg_attr(not(unix), allow(unused_mut))]
     let mut readable_count = 0;
     for _ in 0..50 {
-        #[cfg(all(target_os = "linux", not(nicework_portable)))]
+        #[cfg(unix)]
         if readable(&driver) {
             readable_count += 1;
         }
@@ -266,12 +263,12 @@ fn waker_drops_last_scheduler_inside_wake_then_fd_and_run_due_do_not_spin() {
         readable_count <= 1,
         "fd readable {readable_count} times after shutdown"
     );
-    #[cfg(all(target_os = "linux", not(nicework_portable)))]
+    #[cfg(unix)]
     assert!(!readable(&driver));
 }
 
-// The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+// The descriptor is unix's (see `Driver`'s `AsFd`).
+#[cfg(unix)]
 #[test]
 fn last_scheduler_dropped_while_host_loops_on_fd() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
@@ -332,8 +329,8 @@ fn last_scheduler_dropped_while_host_loops_on_fd() {
 
 /// An epoll-style host: whenever the fd is readable, run_due; the fd must not stay
 /// readable once run_due returned when the next deadline is later.
-// The descriptor is Linux's timerfd: a portable build has none (see `Driver`'s `AsFd`).
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
+// The descriptor is unix's (see `Driver`'s `AsFd`).
+#[cfg(unix)]
 #[test]
 fn fd_never_stays_readable_after_run_due_under_foreign_arms() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
