@@ -135,3 +135,77 @@ fn flush_against_cancel_sync() {
         assert!(!work.is_pending() || ran == 1);
     });
 }
+
+/// `try_flush` racing with a run that takes the work: the instance runs exactly once, on
+/// whichever thread took it, and `try_flush` returns `true` exactly when it ran it. The
+/// run on the advancing thread blocks until `try_flush` has returned, so a `try_flush`
+/// that waited for it would leave every thread blocked, which loom reports as a
+/// deadlock.
+#[test]
+fn try_flush_against_a_run_taking_the_work() {
+    use loom::sync::{Condvar, Mutex};
+
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let main = thread::current().id();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let ran_on_helper = Arc::new(AtomicBool::new(false));
+        let released = Arc::new((Mutex::new(false), Condvar::new()));
+        let work = {
+            let (runs, ran_on_helper, released) =
+                (runs.clone(), ran_on_helper.clone(), released.clone());
+            Arc::new(sched.work(move |_| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if thread::current().id() == main {
+                    let (lock, cvar) = &*released;
+                    let mut released = lock.lock().unwrap();
+                    while !*released {
+                        released = cvar.wait(released).unwrap();
+                    }
+                } else {
+                    ran_on_helper.store(true, Ordering::SeqCst);
+                }
+                Next::Park
+            }))
+        };
+        work.schedule(Duration::ZERO);
+        let helper = {
+            let (work, released) = (work.clone(), released.clone());
+            thread::spawn(move || {
+                let helped = work.try_flush();
+                let (lock, cvar) = &*released;
+                *lock.lock().unwrap() = true;
+                cvar.notify_all();
+                helped
+            })
+        };
+        sched.advance(PERIOD);
+        let helped = helper.join().unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "one instance, one run");
+        assert_eq!(helped, ran_on_helper.load(Ordering::SeqCst));
+        assert!(!work.is_pending() && !work.is_running());
+    });
+}
+
+/// A `once` taken by `try_flush` on one thread and by a run on another: it runs exactly
+/// once, and is spent afterwards whichever thread ran it.
+#[test]
+fn once_against_try_flush_and_a_run() {
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let work = Arc::new(sched.once(Duration::ZERO, move |_| {
+            r.fetch_add(1, Ordering::SeqCst);
+        }));
+        let helper = {
+            let work = work.clone();
+            thread::spawn(move || work.try_flush())
+        };
+        sched.advance(PERIOD);
+        helper.join().unwrap();
+        sched.advance(PERIOD);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(!work.schedule(Duration::ZERO), "spent");
+    });
+}

@@ -51,6 +51,8 @@ use windows as os;
 
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use os::nice_of;
+// Loom builds start no workers, so nothing reads the raise limit there.
+#[cfg_attr(all(loom, feature = "loom"), allow(unused_imports))]
 pub(crate) use os::{
     Tid, current_is_idle, current_nice, current_tid, raise, raise_limit, set_nice,
 };

@@ -190,6 +190,47 @@ impl Scheduler {
         Work::new(self, f, 0, false)
     }
 
+    /// Creates a work that runs `f` once, `delay` from now (scheduled-thread-pool's
+    /// `execute_after`, the kernel's one-shot `queue_delayed_work`). `f` is consumed by
+    /// that run, so its captures are freed as it returns; cancelled or dropped before it,
+    /// `f` is dropped without running. After the run every arm (`schedule`, `reschedule`,
+    /// `schedule_within`) returns `false` and `touch` does nothing. Until then it is a
+    /// work like any other: `reschedule` moves it, `flush` or `try_flush` runs it now,
+    /// `cancel_sync` waits for it. `sched.once(delay, f).detach()` is fire-and-forget:
+    /// the work is freed after its run (or at shutdown, unrun).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::time::Duration;
+    /// use nicework::Scheduler;
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ran = Arc::new(AtomicUsize::new(0));
+    /// let counter = ran.clone();
+    /// let work = sched.once(Duration::from_millis(5), move |_| {
+    ///     counter.fetch_add(1, Ordering::SeqCst);
+    /// });
+    /// sched.advance(Duration::from_millis(10));
+    /// assert_eq!(ran.load(Ordering::SeqCst), 1);
+    /// assert!(!work.schedule(Duration::ZERO), "spent: it never runs again");
+    /// assert_eq!(Arc::strong_count(&ran), 1, "the closure was freed by its run");
+    ///
+    /// // Fire-and-forget:
+    /// sched.once(Duration::ZERO, |_| println!("cleanup")).detach();
+    /// assert_eq!(sched.advance(Duration::from_millis(1)), 1);
+    /// ```
+    pub fn once<F>(&self, delay: Duration, f: F) -> Work
+    where
+        F: FnOnce(&mut Ctx<'_>) + Send + 'static,
+    {
+        let work = Work::new_once(self, f);
+        work.schedule(delay);
+        work
+    }
+
     /// Creates a work armed for `now + period` whose period stays `period`;
     /// `schedule`/`reschedule` only move its next deadline.
     ///

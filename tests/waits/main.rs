@@ -11,6 +11,8 @@
 //! - `cycles`: Wait cycles.
 //! - `mixed_cycles`: Wait cycles that mix `flush`, `cancel_sync` and drop, pass through a
 //!   nested run or span three schedulers, are broken;
+//! - `try_flush`: `Work::try_flush` helps a pending work and never waits for a running
+//!   one.
 //! - `without_blocking`: `cancel_async` and `drop_async`.
 
 #[path = "../common/mod.rs"]
@@ -23,4 +25,5 @@ mod chunked_cycles;
 mod chunked_helper_cycles;
 mod cycles;
 mod mixed_cycles;
+mod try_flush;
 mod without_blocking;

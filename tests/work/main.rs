@@ -18,6 +18,8 @@
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
 //!   manual scheduler, where time is virtual and every interleaving is chosen by the test.
 //! - `manual_ticks`: The manual clock at sub-slack resolution.
+//! - `once`: `Scheduler::once` runs at most once, frees its closure with that run, and
+//!   refuses every later arm.
 //! - `promise_edges`: The edges of the promises, written as legal safe code against them.
 //! - `promises`: Promises that legal code once broke, one test (or a few) each.
 //! - `reference_model`: Manual scheduler against a reference model.
@@ -46,6 +48,7 @@ mod flush_scope;
 mod lock_free_arming;
 mod manual;
 mod manual_ticks;
+mod once;
 mod promise_edges;
 // Waits for thread states in `/proc/self/task/TID/stat` and pins threads to CPUs: Linux's.
 #[cfg(target_os = "linux")]

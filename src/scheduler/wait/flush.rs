@@ -1,7 +1,8 @@
 //! `flush`: run a pending work now on the caller, or wait for a running one (lending the
 //! caller's priority to its worker where the process may), taking over `Yield`
-//! increments; and the wait for the end of a run in progress, which `cancel_sync`, drop
-//! and `flush` share.
+//! increments; `try_flush`, the same without ever waiting (a running work is left to its
+//! runner); and the wait for the end of a run in progress, which `cancel_sync`, drop and
+//! `flush` share.
 
 use std::sync::Arc;
 
@@ -14,6 +15,13 @@ use crate::scheduler::work::state::{
     FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, YIELDED,
 };
 use crate::sync::load_ordered_after_seqcst_writes;
+
+/// Whether a flush may wait for a run in progress (`flush`) or never does (`try_flush`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    Wait,
+    Never,
+}
 
 impl Shared {
     /// Waits until the run in progress (`RUNNING` is set when this is called) has
@@ -33,7 +41,7 @@ impl Shared {
         core
     }
 
-    pub(crate) fn flush(self: &Arc<Self>, work: &WorkRef) -> bool {
+    pub(crate) fn flush(self: &Arc<Self>, work: &WorkRef, waiting: Waiting) -> bool {
         if frames::is_running_here(work) {
             return false;
         }
@@ -41,7 +49,7 @@ impl Shared {
             return false;
         };
         let state = work.header().state.load();
-        if !state.has(PENDING | RUNNING) {
+        if !state.has(PENDING | RUNNING) || (waiting == Waiting::Never && state.has(RUNNING)) {
             return false;
         }
         // A flush covers the instance pending when it started, plus the increments of a
@@ -64,6 +72,11 @@ impl Shared {
             // armed once the flush had waited for or run its instance is not (a busy
             // self-re-arming work would never let `flush` return).
             if state.has(RUNNING) && (!(waited || ran_here) || state.has(RUNNING_INCREMENT)) {
+                if waiting == Waiting::Never {
+                    // A worker holds it (an increment it took before the takeover): help
+                    // no further.
+                    break ran_here;
+                }
                 waited = true;
                 let waiting = match waits::begin_wait(work) {
                     Ok(waiting) => waiting,

@@ -66,6 +66,11 @@ pub(crate) trait Callback: Send + Sync + 'static {
         0
     }
 
+    /// Whether its one run consumes the closure (`Scheduler::once`).
+    fn is_once(&self) -> bool {
+        false
+    }
+
     /// Calls the closure.
     ///
     /// # Safety
@@ -147,7 +152,8 @@ impl WorkInner<dyn Callback> {
         unsafe { self.callback.call(cx) }
     }
 
-    /// Drops the closure and marks it dropped.
+    /// Drops the closure and marks it dropped; nothing if a `once` work's run consumed it
+    /// already (see [`mark_consumed`](Self::mark_consumed)).
     ///
     /// # Safety
     ///
@@ -155,9 +161,32 @@ impl WorkInner<dyn Callback> {
     pub(crate) unsafe fn drop_closure(&self) {
         // Marked first: if the destructor panics, the closure counts as dropped (its
         // remains are leaked, never dropped twice).
-        self.header.state.set_flag(CLOSURE_DROPPED);
+        if self
+            .header
+            .state
+            .set_flag(CLOSURE_DROPPED)
+            .has(CLOSURE_DROPPED)
+        {
+            return;
+        }
         // SAFETY: forwarded from the caller.
         unsafe { self.callback.drop_closure() }
+    }
+
+    /// Whether its one run consumes the closure.
+    pub(crate) fn is_once(&self) -> bool {
+        self.callback.is_once()
+    }
+
+    /// A `once` work's run consumed its closure: marked dropped, so every later arm is
+    /// refused and nobody drops it again (what is left owns nothing).
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `RUNNING` for the run that called the closure.
+    pub(crate) unsafe fn mark_consumed(&self) {
+        debug_assert!(self.is_once());
+        self.header.state.set_flag(CLOSURE_DROPPED);
     }
 }
 
@@ -261,5 +290,53 @@ where
     unsafe fn drop_closure(&self) {
         // SAFETY: forwarded from the caller.
         unsafe { self.closure.drop_closure() }
+    }
+}
+
+/// A `once` work's closure: taken out and called by its one run, which leaves nothing
+/// behind (`mark_consumed`); dropped unrun if the work goes first.
+pub(crate) struct OnceClosure<F> {
+    func: UnsafeCell<Option<F>>,
+}
+
+impl<F> OnceClosure<F> {
+    pub(crate) fn new(func: F) -> Self {
+        OnceClosure {
+            func: UnsafeCell::new(Some(func)),
+        }
+    }
+}
+
+// SAFETY: as for `Closure`: only the thread that holds RUNNING, or the one that ends the
+// work's life, reaches the cell.
+unsafe impl<F: Send> Sync for OnceClosure<F> {}
+
+impl<F> Callback for OnceClosure<F>
+where
+    F: FnOnce(&mut Ctx<'_>) + Send + 'static,
+{
+    fn type_name(&self) -> &'static str {
+        std::any::type_name::<F>()
+    }
+
+    fn is_once(&self) -> bool {
+        true
+    }
+
+    unsafe fn call(&self, cx: &mut Ctx<'_>) -> Next {
+        // SAFETY: the caller holds RUNNING, so no other reference to the cell exists.
+        let func = self.func.with_mut(|func| unsafe { (*func).take() });
+        // Consumed here: its captures are dropped as the call returns (or unwinds, inside
+        // the run's containment).
+        if let Some(func) = func {
+            func(cx);
+        }
+        Next::Stop
+    }
+
+    unsafe fn drop_closure(&self) {
+        // SAFETY: the caller ends the work's life: no run is in progress and none will
+        // start, so this is the only access.
+        drop(self.func.with_mut(|func| unsafe { (*func).take() }));
     }
 }

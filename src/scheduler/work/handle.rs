@@ -9,7 +9,10 @@ use super::{Ctx, Header, Next, WorkStats};
 
 use crate::Scheduler;
 use crate::scheduler::shared::Shared;
-use crate::scheduler::work::allocation::{Callback, Closure, TimeoutClosure, WorkInner, WorkRef};
+use crate::scheduler::wait::flush::Waiting;
+use crate::scheduler::work::allocation::{
+    Callback, Closure, OnceClosure, TimeoutClosure, WorkInner, WorkRef,
+};
 use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::run::drop_contained;
 use crate::scheduler::work::state::{
@@ -90,6 +93,14 @@ impl Work {
     {
         let flags = if fixed { FIXED_PERIOD } else { 0 };
         Work::from_callback(scheduler, Closure::new(f), flags, period_ns)
+    }
+
+    /// A `once` work (see [`Scheduler::once`]), not armed yet.
+    pub(crate) fn new_once<F>(scheduler: &Scheduler, f: F) -> Work
+    where
+        F: FnOnce(&mut Ctx<'_>) + Send + 'static,
+    {
+        Work::from_callback(scheduler, OnceClosure::new(f), 0, 0)
     }
 
     /// A timeout work (see [`Scheduler::timeout`]); its period word is its touch stamp.
@@ -492,7 +503,38 @@ impl Work {
     /// assert!(!work.flush()); // parked: nothing to flush
     /// ```
     pub fn flush(&self) -> bool {
-        self.shared.flush(&self.inner)
+        self.shared.flush(&self.inner, Waiting::Wait)
+    }
+
+    /// Helps without waiting: a pending work runs now on the caller, as
+    /// [`flush`](Self::flush) runs it (with the increments of a `Next::Yield` work, for as
+    /// long as no worker holds one), and `true` is returned; a work that is running
+    /// anywhere, or idle, returns `false` at once. It never waits for any state, on any
+    /// thread: it only takes the scheduler's lock, which nothing holds across a callback.
+    ///
+    /// This is what a writer that finds a full write log calls (moka's pattern): if the
+    /// drain is due, the writer runs it at its own priority instead of waiting for a
+    /// nice-19 worker; if the worker is draining already, the writer goes on. A reader
+    /// that must never block can call it too.
+    ///
+    /// `false` also from inside the work's own callback, after shutdown, and in a
+    /// `fork()`ed child.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let drain = sched.work(|_| Next::Park);
+    /// assert!(!drain.try_flush()); // idle: nothing to help with
+    /// drain.schedule(Duration::from_secs(1));
+    /// assert!(drain.try_flush()); // pending: ran here, now
+    /// assert_eq!(drain.stats().runs, 1);
+    /// ```
+    pub fn try_flush(&self) -> bool {
+        self.shared.flush(&self.inner, Waiting::Never)
     }
 
     /// Adds one level of disabling (the kernel's `disable_work`): while any is held nothing

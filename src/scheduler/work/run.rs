@@ -263,6 +263,13 @@ impl Shared {
         // Counted under the lock, together with clearing RUNNING: a waiter that saw the
         // run in progress knows it ended when the count moved (see `wait_for_run`).
         header.stats.count_run(next == Some(Next::Park));
+        let once = work.is_once();
+        if once {
+            // Before RUNNING is cleared: no arm can slip in between the run and the
+            // refusal of every later one.
+            // SAFETY: this thread holds RUNNING for the run that just called the closure.
+            unsafe { work.mark_consumed() };
+        }
         let now = self.now_ns();
         let shutdown = core.shutdown;
         let period = work.period_ns();
@@ -287,6 +294,10 @@ impl Shared {
                     // run (the drain is over), so it is not left pending.
                     Some(_) if shutdown => new.disarm(),
                     Some(_) => {}
+                }
+                if once {
+                    // An instance armed during its one run will never run.
+                    new.disarm();
                 }
                 Some(new)
             })

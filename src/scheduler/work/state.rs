@@ -113,7 +113,8 @@ pub(crate) const FIRING: u64 = 1 << 14;
 /// It has a custom name in the name table.
 pub(crate) const NAMED: u64 = 1 << 15;
 /// The closure has been dropped (the handle let go of it, or its last run ended after
-/// that); the allocation may live on while timer entries still point at it.
+/// that, or a `once` work's one run consumed it): every arm is refused, and the
+/// allocation may live on while timer entries still point at it.
 pub(crate) const CLOSURE_DROPPED: u64 = 1 << 16;
 /// A periodic work was touched while it ran: if the callback returns `Park`, it ends
 /// armed for its period; any other decision stands.
@@ -208,9 +209,10 @@ impl StateCell {
         }
     }
 
-    /// Sets `flag`, which no CAS writer decides on (`NAMED`, `CLOSURE_DROPPED`).
-    pub(crate) fn set_flag(&self, flag: u64) {
-        self.0.fetch_or(flag, Ordering::AcqRel);
+    /// Sets `flag`, which no CAS writer decides on (`NAMED`, `CLOSURE_DROPPED`); returns
+    /// the word before.
+    pub(crate) fn set_flag(&self, flag: u64) -> State {
+        State(self.0.fetch_or(flag, Ordering::AcqRel))
     }
 
     /// Clears `FIRING`: a touch that recorded a newer stamp makes the worker's take fail
@@ -317,10 +319,10 @@ impl State {
         self.period_follows_arms() && self.has(PERIOD_CHANGING)
     }
 
-    /// Whether an arm request must be refused (disabled, poisoned, being cancelled, or
-    /// orphaned).
+    /// Whether an arm request must be refused (disabled, poisoned, being cancelled,
+    /// orphaned, or with nothing left to run: a `once` work after its run).
     pub(crate) fn refuses_arm(self) -> bool {
-        self.has(DISABLED | POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING)
+        self.has(DISABLED | POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING | CLOSURE_DROPPED)
     }
 }
 
