@@ -30,6 +30,10 @@ pub struct Metrics {
     /// `Yield` increments the workers deferred because more threads were runnable than
     /// there are CPUs (see [`Builder::back_off`](crate::Builder::back_off)).
     pub deferred_yields: u64,
+    /// Callbacks that panicked so far, each caught, reported as a `tracing` error event,
+    /// and its work poisoned ([`Work::is_poisoned`](crate::Work::is_poisoned)); the other
+    /// works carried on.
+    pub panics: u64,
     /// How flushes lent their priority: runs they executed themselves, runs in progress
     /// they raised, runs they only waited for.
     pub lending: LendingStats,
@@ -47,6 +51,7 @@ impl Metrics {
             timer_entries: core.timers.len(),
             worker_wakeups: 0,
             deferred_yields: core.deferred_yields,
+            panics: core.panics,
             lending: core.lending.stats,
         };
         drop(core);

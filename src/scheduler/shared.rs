@@ -71,6 +71,8 @@ pub(crate) struct Core {
     pub(super) lending: Lending,
     /// L: `Yield` increments deferred because every CPU was busy (see `backoff`).
     pub(super) deferred_yields: u64,
+    /// L: callbacks that panicked (each poisoned its work).
+    pub(super) panics: u64,
     /// L: how many `cancel_sync`/drop calls wait for each running work (by address); a
     /// work is in here exactly while its state has `CANCEL_WAITING`.
     pub(super) cancel_waiters: HashMap<usize, usize>,
@@ -195,6 +197,7 @@ impl Shared {
                 timer,
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
+                panics: 0,
                 cancel_waiters: HashMap::new(),
                 disable_counts: HashMap::new(),
                 stale_entries: 0,

@@ -138,3 +138,31 @@ fn a_closure_whose_drop_panics_is_contained_when_the_handle_outlives_the_schedul
     drop(sched);
     drop(work);
 }
+
+#[test]
+fn metrics_count_every_caught_panic_once() {
+    common::quiet_panics_starting_with("counted panic");
+    let sched = Scheduler::manual();
+    let panicking: Vec<_> = (0..3)
+        .map(|i| {
+            sched.every(Duration::from_millis(1), move |_| {
+                panic!("counted panic {i}")
+            })
+        })
+        .collect();
+    let fine = sched.every(Duration::from_millis(1), |_| Next::Again);
+    sched.advance(Duration::from_millis(10));
+    assert!(panicking.iter().all(|w| w.is_poisoned()));
+    assert_eq!(
+        sched.metrics().panics,
+        3,
+        "each poisoned work panicked once"
+    );
+    assert!(fine.stats().runs >= 9);
+    // On a real scheduler, through flush on the caller too.
+    let real = Scheduler::new().unwrap();
+    let work = real.work(|_| panic!("counted panic on the caller"));
+    work.schedule(Duration::from_secs(3600));
+    assert!(work.flush());
+    assert_eq!(real.metrics().panics, 1);
+}

@@ -342,6 +342,9 @@ impl Shared {
         if yield_delay_ns > 0 {
             core.deferred_yields += 1;
         }
+        if next.is_none() {
+            core.panics += 1;
+        }
         drop(core);
         if let Some(failure) = restore_failure {
             failure.log();
