@@ -416,4 +416,58 @@ mod tests {
         reader.wait(); // sleeps until the shot: at least one wakeup
         assert!(wakeups.load(Ordering::Relaxed) >= 1);
     }
+
+    /// Far, later, disarming and huge programs racing a reader on its way to sleep, many
+    /// times, each followed by a near shot: the near one always wakes it, and the reader
+    /// returns exactly once per shot.
+    #[test]
+    fn programs_racing_the_reader_never_lose_the_near_shot() {
+        use std::sync::atomic::AtomicUsize;
+        let source = std::sync::Arc::new(Mutex::new(TimerSource::new().unwrap()));
+        let reader = source.lock().unwrap().reader().unwrap();
+        let returns = std::sync::Arc::new(AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (r, st) = (returns.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                reader.wait();
+                r.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let mut x: u64 = 0x1234_5678;
+        for i in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let before = returns.load(Ordering::SeqCst);
+            {
+                let mut s = source.lock().unwrap();
+                match x % 4 {
+                    0 => s.program(HOUR_NS),
+                    1 => s.disarm(),
+                    2 => {
+                        s.program(HOUR_NS);
+                        s.program(2 * HOUR_NS);
+                    }
+                    _ => {
+                        s.program(u64::MAX);
+                    }
+                }
+            }
+            for _ in 0..(x >> 8) % 200 {
+                std::hint::spin_loop();
+            }
+            source.lock().unwrap().program((x >> 16) % 20_000);
+            let start = Instant::now();
+            while returns.load(Ordering::SeqCst) == before {
+                assert!(start.elapsed() < NOTICE, "iteration {i}: near shot lost");
+                std::thread::yield_now();
+            }
+            // Exactly one return per passed shot.
+            assert_eq!(returns.load(Ordering::SeqCst), before + 1, "iteration {i}");
+        }
+        stop.store(true, Ordering::SeqCst);
+        source.lock().unwrap().program(0);
+        thread.join().unwrap();
+    }
 }

@@ -73,6 +73,9 @@ pub(crate) struct Core {
     pub(super) deferred_yields: u64,
     /// L: callbacks that panicked (each poisoned its work).
     pub(super) panics: u64,
+    /// L: a worker is completing a run: what it arms now it looks at itself as soon as it
+    /// releases the lock, so `kick` wakes no follower for it.
+    pub(super) completing_on_worker: bool,
     /// L: how many `cancel_sync`/drop calls wait for each running work (by address); a
     /// work is in here exactly while its state has `CANCEL_WAITING`.
     pub(super) cancel_waiters: HashMap<usize, usize>,
@@ -198,6 +201,7 @@ impl Shared {
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
                 panics: 0,
+                completing_on_worker: false,
                 cancel_waiters: HashMap::new(),
                 disable_counts: HashMap::new(),
                 stale_entries: 0,
@@ -456,7 +460,13 @@ impl Shared {
             return;
         }
         if !core.poller_blocked {
-            // Every worker is busy; the next one to finish looks at the structure first.
+            // Nobody watches the timer: the workers are busy, or the one that watched
+            // took a run with nothing else armed (see `worker`). An idle follower becomes
+            // the watcher; with none, or for the re-arm of a run a worker is completing,
+            // the next worker to finish looks at the structure first.
+            if core.idle_workers > 0 && !core.completing_on_worker {
+                self.idle.notify_one();
+            }
             return;
         }
         let wake_ns = self.wake_for(deadline_ns, now_ns);

@@ -1,11 +1,11 @@
-//! The worker thread loop (leader/follower over one timerfd).
+//! The worker thread loop (leader/follower over one timer).
 //!
 //! Each worker, with the core lock held:
 //! 1. moves everything due from the wheel to the ready list;
 //! 2. takes the first ready work that is not running elsewhere and runs it unlocked;
-//! 3. else, if no worker is blocked on the timerfd, becomes the *poller*: programs the
-//!    timerfd for the next occupied slot (or disarms it when nothing is armed), marks itself
-//!    blocked and sleeps in `read(2)`;
+//! 3. else, if no worker is blocked on the timer, becomes the *poller*: programs the
+//!    timer for the earliest deadline in the next occupied slot (or disarms it when
+//!    nothing is armed), marks itself blocked and sleeps on it;
 //! 4. else sleeps on the `idle` condition variable as a follower.
 //!
 //! A worker that is not the poller may still place entries (judging due ones can put
@@ -16,7 +16,10 @@
 //! condvar: zero wakeups per second. Arming from another thread either notifies an idle
 //! follower (due now) or re-programs the timerfd if the new deadline is earlier than the
 //! programmed one (see `Shared::kick`). A worker that takes a run while others idle hands
-//! the poller role on, so due works never wait for a busy thread.
+//! the poller role on when anything else is armed, so due works never wait for a busy
+//! thread; with nothing else armed it keeps the role, and an arm during its run wakes a
+//! follower to take it (`kick`). Wakeups follow deadlines: one per run of a lone
+//! periodic work, with one worker or many (`benches/work.rs`, `per-run`).
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -85,14 +88,18 @@ pub(crate) fn main(
             core.lending
                 .start(slot, crate::scheduler::wait::frames::address(&taken.work));
             // Hand on what this worker leaves behind: more due works go to an idle
-            // follower (or wake the poller), and someone must keep watching the timerfd.
+            // follower (or wake the poller), and if anything else is armed someone must
+            // keep watching the timer. With nothing else armed nobody needs to: an arm
+            // made during this run wakes a follower to watch (`Shared::kick`), and this
+            // worker looks at the structure first when the run ends. So a lone periodic
+            // work costs one wakeup per run, with any number of workers.
             if core.timers.has_ready() {
                 if core.idle_workers > 0 {
                     shared.idle.notify_one();
                 } else if core.poller_blocked {
                     shared.program(&mut core, Some(now), now);
                 }
-            } else if !core.poller_blocked && core.idle_workers > 0 {
+            } else if !core.poller_blocked && core.idle_workers > 0 && core.timers.len() > 0 {
                 shared.idle.notify_one();
             }
             drop(core);

@@ -34,10 +34,14 @@ const READY_KEPT: usize = 256;
 /// Empty chunks kept for reuse.
 const SPARE_CHUNKS: usize = 16;
 
-/// What a slot holds: chunks of at most `CHUNK` values, each allocated at that capacity.
+/// What a slot holds: chunks of at most `CHUNK` values, each allocated at that capacity,
+/// and the earliest tick any of them was placed for.
 #[derive(Debug)]
 struct Bag<T> {
     chunks: Vec<Vec<T>>,
+    /// The earliest tick of a value placed here since the slot was last processed
+    /// (`u64::MAX` when it holds none). A lower bound after a sweep removed some.
+    first_tick: u64,
 }
 
 /// Appends `value` to a slot's chunks, starting a chunk (a spare one if there is one)
@@ -70,7 +74,10 @@ impl<T> Timers<T> {
         Timers {
             wheel: Wheel::new(),
             slots: (0..LEVELS * SLOTS)
-                .map(|_| Bag { chunks: Vec::new() })
+                .map(|_| Bag {
+                    chunks: Vec::new(),
+                    first_tick: u64::MAX,
+                })
                 .collect(),
             ready: VecDeque::new(),
             tick_units: tick_units.max(1),
@@ -114,11 +121,9 @@ impl<T> Timers<T> {
     fn place_in_wheel(&mut self, value: T, tick: u64) {
         let (level, slot) = self.wheel.position(tick);
         self.wheel.set_occupied(level, slot, true);
-        push_chunked(
-            &mut self.slots[level * SLOTS + slot].chunks,
-            &mut self.spare,
-            value,
-        );
+        let bag = &mut self.slots[level * SLOTS + slot];
+        bag.first_tick = bag.first_tick.min(tick);
+        push_chunked(&mut bag.chunks, &mut self.spare, value);
     }
 
     /// Processes every slot due at `now`: each value in it goes through `decide`, which
@@ -131,7 +136,9 @@ impl<T> Timers<T> {
             }
             self.wheel.elapsed = exp.tick;
             self.wheel.set_occupied(exp.level, exp.slot, false);
-            let chunks = std::mem::take(&mut self.slots[exp.level * SLOTS + exp.slot].chunks);
+            let bag = &mut self.slots[exp.level * SLOTS + exp.slot];
+            bag.first_tick = u64::MAX;
+            let chunks = std::mem::take(&mut bag.chunks);
             for mut chunk in chunks {
                 for value in chunk.drain(..) {
                     match decide(value) {
@@ -169,14 +176,22 @@ impl<T> Timers<T> {
     }
 
     /// When the structure must be looked at next (in units): `now` if a value is ready,
-    /// else the start of the first occupied slot. `None` when it holds nothing.
+    /// else the earliest tick placed in the first occupied slot. `None` when it holds
+    /// nothing.
+    ///
+    /// Not the slot's start: a coarse slot (level 1 and up) is processed whenever
+    /// [`expire`](Self::expire) first runs at or after its start, and nothing in it is
+    /// due before its earliest tick, so waking then processes the slot (cascading the
+    /// rest of it one level down) and finds that value due in the same wakeup. A lone
+    /// periodic deadline costs one wakeup, whatever level it waits in.
     pub(crate) fn next_wake(&self, now: u64) -> Option<u64> {
         if self.has_ready() {
             return Some(now);
         }
-        self.wheel
-            .next_expiration()
-            .map(|exp| exp.tick.saturating_mul(self.tick_units))
+        self.wheel.next_expiration().map(|exp| {
+            let first = self.slots[exp.level * SLOTS + exp.slot].first_tick;
+            exp.tick.max(first).saturating_mul(self.tick_units)
+        })
     }
 
     /// Calls `f` with every value.
@@ -215,6 +230,10 @@ impl<T> Timers<T> {
             }
             self.wheel
                 .set_occupied(index / SLOTS, index % SLOTS, !kept.is_empty());
+            if kept.is_empty() {
+                bag.first_tick = u64::MAX;
+            }
+            // Else `first_tick` stays: a lower bound, which at worst wakes once early.
             bag.chunks = kept;
         }
         self.len = len;
@@ -227,6 +246,7 @@ impl<T> Timers<T> {
             for chunk in bag.chunks.drain(..) {
                 all.extend(chunk);
             }
+            bag.first_tick = u64::MAX;
         }
         self.wheel = Wheel::new();
         self.len = 0;

@@ -14,6 +14,9 @@
 //!   `IdSpace`.
 //! - `stale_entry_memory`: timer entries and live heap bytes stay bounded under millions
 //!   of armed, cancelled and dropped works.
+//! - `wakeups_per_run`: a lone periodic work costs one worker wakeup per run, with one or
+//!   two workers (it allocates while it counts, but counts no bytes, so it runs without
+//!   the measuring lock... see the module).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -32,3 +35,4 @@ mod percid_shapes;
 mod percid_shrink;
 mod soak;
 mod stale_entry_memory;
+mod wakeups_per_run;

@@ -26,6 +26,8 @@
 //! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
 //!   callback does not join its workers, so a worker whose callback waits for the dropping
 //!   callback cannot deadlock it.
+//! - `sleeping_worker`: The worker's sleep against arms, cancels, re-arms and shutdown
+//!   racing it, on the timerfd and on the portable alarm.
 //! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
 //!   dropped work's entry stays until its tick), so these tests pin the bound.
 //! - `stress`: Several threads do random schedule / reschedule / touch / cancel /
@@ -55,6 +57,7 @@ mod promise_edges;
 mod promises;
 mod reference_model;
 mod scheduler_drop_in_callback;
+mod sleeping_worker;
 mod stale_entries;
 mod stress;
 mod threaded;

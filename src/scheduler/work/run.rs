@@ -273,6 +273,8 @@ impl Shared {
         let now = self.now_ns();
         let shutdown = core.shutdown;
         let period = work.period_ns();
+        // A worker loops back to the structure right after this (see `kick`).
+        core.completing_on_worker = worker_slot.is_some();
         let (_, state) = self
             .commit(&mut core, &work, now, |old| {
                 let mut new =
@@ -324,6 +326,7 @@ impl Shared {
                 });
             }
         }
+        core.completing_on_worker = false;
         let state = if state.has(DETACHED) && !state.has(PENDING | ORPHANED) {
             // A detached work that parked, stopped, panicked or was refused a re-arm:
             // nothing can arm it again, so its life ends with this run.
