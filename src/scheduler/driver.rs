@@ -84,8 +84,8 @@ impl Driver {
 
     /// When the host should call [`run_due`](Self::run_due) next: never later than the
     /// earliest deadline of any armed work (an [`IdSpace`](crate::IdSpace)'s compaction
-    /// included) rounded up to the slack; sometimes earlier, for far deadlines the timer
-    /// wheel keeps at a coarser grain, or a deadline moved later since. `None` when
+    /// included) rounded up to the slack; sometimes earlier, for a deadline moved later
+    /// since or an entry left by a cancelled work. `None` when
     /// nothing is armed, and once the scheduler is shut down. One atomic load, no lock.
     ///
     /// # Examples
