@@ -17,37 +17,21 @@
 
 #[cfg(not(target_os = "linux"))]
 mod fixed;
-#[cfg(target_os = "freebsd")]
-mod freebsd;
-#[cfg(target_os = "linux")]
-mod linux;
-#[cfg(target_os = "macos")]
-mod macos;
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "freebsd",
-    windows
-)))]
-mod unsupported;
-#[cfg(windows)]
-mod windows;
-
-#[cfg(target_os = "freebsd")]
-use freebsd as os;
-#[cfg(target_os = "linux")]
-use linux as os;
-#[cfg(target_os = "macos")]
-use macos as os;
-#[cfg(not(any(
-    target_os = "linux",
-    target_os = "macos",
-    target_os = "freebsd",
-    windows
-)))]
-use unsupported as os;
-#[cfg(windows)]
-use windows as os;
+// One file per OS, always named `os` here.
+#[cfg_attr(target_os = "linux", path = "linux.rs")]
+#[cfg_attr(target_os = "macos", path = "macos.rs")]
+#[cfg_attr(target_os = "freebsd", path = "freebsd.rs")]
+#[cfg_attr(windows, path = "windows.rs")]
+#[cfg_attr(
+    not(any(
+        target_os = "linux",
+        target_os = "macos",
+        target_os = "freebsd",
+        windows
+    )),
+    path = "unsupported.rs"
+)]
+mod os;
 
 #[cfg(all(test, target_os = "linux"))]
 pub(crate) use os::nice_of;

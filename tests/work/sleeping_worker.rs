@@ -57,8 +57,9 @@ impl Probe {
     }
 }
 
-// Guarantee 2 with a far anchor: the poller sleeps for an hour; a short arm from another
-// thread, timed to land around the poller's way to sleep, must wake it.
+// An earlier arm wakes the sleeping poller, with a far anchor: the poller sleeps for an
+// hour; a short arm from another thread, timed to land around the poller's way to sleep,
+// must wake it.
 #[test]
 fn a_short_arm_racing_the_poller_to_sleep_wakes_it() {
     for workers in [1, 2, 4] {
@@ -84,7 +85,8 @@ fn a_short_arm_racing_the_poller_to_sleep_wakes_it() {
     }
 }
 
-// Guarantee 2, literal: armed for an hour, then another for 10 ms, from other threads.
+// An earlier arm wakes the sleeping poller: armed for an hour, then another for 10 ms,
+// from other threads.
 #[test]
 fn an_hour_then_ten_ms_runs_the_ten_ms_one() {
     for workers in [1, 2, 3] {
@@ -109,7 +111,8 @@ fn an_hour_then_ten_ms_runs_the_ten_ms_one() {
     }
 }
 
-// Guarantee 2 via reschedule earlier: the same work moved from an hour to now-ish.
+// An earlier arm wakes the sleeping poller, by reschedule: the same work moved from an
+// hour to now-ish.
 #[test]
 fn a_work_moved_from_an_hour_to_a_millisecond_runs() {
     for workers in [1, 2, 4] {
@@ -132,7 +135,7 @@ fn a_work_moved_from_an_hour_to_a_millisecond_runs() {
     }
 }
 
-// Guarantee 1: many threads re-arm their works earlier and later in a loop, cancel some,
+// Many threads re-arm their works earlier and later in a loop, cancel some,
 // then each arms one last short delay: every last arm runs, none early.
 #[test]
 fn many_threads_rearming_earlier_and_later_lose_no_final_arm() {
@@ -216,7 +219,7 @@ fn settle(sched: &Scheduler) {
     }
 }
 
-// Guarantee 3 after cancels and re-arms, 1, 2 and 4 workers: once the old deadlines
+// Parked after cancels and re-arms, 1, 2 and 4 workers: once the old deadlines
 // passed, the count stays flat.
 #[test]
 fn parked_after_cancels_and_rearms_sleeps_without_wakeups() {
@@ -264,7 +267,7 @@ fn parked_after_cancels_and_rearms_sleeps_without_wakeups() {
     });
 }
 
-// Guarantee 3 with a Duration::MAX work armed (never due): flat too.
+// With a Duration::MAX work armed (never due): no wakeups either.
 #[test]
 fn a_never_due_work_costs_no_wakeups() {
     // The worker counts run side by side: each waits for its wakeups to hold still.
@@ -335,7 +338,7 @@ fn settle_short() {
     std::thread::sleep(20 * MS);
 }
 
-// Guarantee 4: dropping the last handle while threads arm (and re-arm earlier) joins
+// Dropping the last handle while threads arm (and re-arm earlier) joins
 // every worker, with 1..8 workers.
 #[test]
 fn shutdown_racing_arms_never_hangs() {
@@ -375,16 +378,7 @@ fn shutdown_racing_arms_never_hangs() {
             })
             .collect();
         std::thread::sleep(Duration::from_micros(rng.next() % 3_000));
-        let (tx, rx) = mpsc::channel();
-        let dropper = std::thread::spawn(move || {
-            drop(sched);
-            let _ = tx.send(());
-        });
-        assert!(
-            rx.recv_timeout(EVENTUALLY).is_ok(),
-            "round {round}, {workers} workers: shutdown hung"
-        );
-        dropper.join().unwrap();
+        drop_within_bound(sched, &format!("round {round}, {workers} workers"));
         stop.store(true, Ordering::Relaxed);
         for a in armers {
             a.join().unwrap();
@@ -395,7 +389,18 @@ fn shutdown_racing_arms_never_hangs() {
     }
 }
 
-// Guarantee 4: shutdown while every worker is a parked sleeper (poller with no deadline,
+/// Drops the last handle on another thread and fails if that shutdown hangs.
+fn drop_within_bound(sched: Scheduler, what: &str) {
+    let (tx, rx) = mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(sched);
+        let _ = tx.send(());
+    });
+    assert!(rx.recv_timeout(EVENTUALLY).is_ok(), "{what}: shutdown hung");
+    dropper.join().unwrap();
+}
+
+// Shutdown while every worker is a parked sleeper (poller with no deadline,
 // followers on the condvar), and while the poller sleeps for a far deadline.
 #[test]
 fn shutdown_of_idle_and_far_sleeping_workers_never_hangs() {
@@ -407,16 +412,7 @@ fn shutdown_of_idle_and_far_sleeping_workers_never_hangs() {
                 w.schedule(HOUR);
             }
             std::thread::sleep(10 * MS);
-            let (tx, rx) = mpsc::channel();
-            let dropper = std::thread::spawn(move || {
-                drop(sched);
-                let _ = tx.send(());
-            });
-            assert!(
-                rx.recv_timeout(EVENTUALLY).is_ok(),
-                "{workers} workers, far={far}"
-            );
-            dropper.join().unwrap();
+            drop_within_bound(sched, &format!("{workers} workers, far={far}"));
             assert!(!w.schedule(Duration::ZERO));
         }
     }
@@ -503,7 +499,7 @@ impl std::task::Wake for HostWake {
     }
 }
 
-// Guarantee 5: a host that sleeps until `next_deadline` or its waker, while another
+// Hosted: a host that sleeps until `next_deadline` or its waker, while another
 // thread arms far then near (and cancels) in a loop: every near arm runs, none early.
 #[test]
 fn a_hosted_loop_sleeping_on_next_deadline_and_waker_runs_every_near_arm() {
