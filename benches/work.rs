@@ -273,6 +273,37 @@ fn parked_after_cancel_wakeups() {
     );
 }
 
+/// What the touch tick costs in worker wakeups: a 16 s timeout touched all the time
+/// (its tick is refreshed every 1 s while touches come), then left alone (the refresher
+/// parks), against a scheduler with no timeout at all.
+fn tick_wakeups() {
+    let window = Duration::from_secs(if common::quick() { 2 } else { 4 });
+    let sched = Scheduler::new().unwrap();
+    let work = sched.timeout(Duration::from_secs(16), |_| Next::Park);
+    let before = sched.metrics().worker_wakeups;
+    let end = std::time::Instant::now() + window;
+    while std::time::Instant::now() < end {
+        work.touch();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let touched = sched.metrics().worker_wakeups - before;
+    std::thread::sleep(Duration::from_millis(2100)); // one refresh finds no touch: parked
+    let before = sched.metrics().worker_wakeups;
+    std::thread::sleep(window);
+    let quiet = sched.metrics().worker_wakeups - before;
+    let none = Scheduler::new().unwrap();
+    let before = none.metrics().worker_wakeups;
+    std::thread::sleep(window);
+    let no_timeout = none.metrics().worker_wakeups - before;
+    let secs = window.as_secs_f64();
+    println!(
+        "touch tick wakeups/s: touched {:.2} (tick every 1 s), left alone {:.2}, no timeout {:.2}   (target: 0 without touches)",
+        touched as f64 / secs,
+        quiet as f64 / secs,
+        no_timeout as f64 / secs
+    );
+}
+
 /// A lone periodic work: worker wakeups per run, with 1 and 2 workers (the kernel's
 /// timer programs the next expiry, so its figure is 1).
 fn wakeups_per_run() {
@@ -395,7 +426,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-') && a != "quick")
         .collect();
-    let benches: [(&str, fn()); 10] = [
+    let benches: [(&str, fn()); 11] = [
         ("touch", touch_armed),
         ("timeout", touch_timeout),
         ("rearm", rearm_pair),
@@ -404,6 +435,7 @@ fn main() {
         ("wakeups", idle_wakeups),
         ("parked-wakeups", parked_after_cancel_wakeups),
         ("per-run", wakeups_per_run),
+        ("tick", tick_wakeups),
         ("hosted", hosted_driver),
         ("stall", drop_stall),
     ];

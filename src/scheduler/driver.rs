@@ -37,8 +37,7 @@ use crate::clock::timer::TimerReader;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
-use crate::scheduler::work::run::{Executed, leave_forked_child, now_units};
-use crate::scheduler::work::state::units_to_ns;
+use crate::scheduler::work::run::{Executed, leave_forked_child};
 
 /// Runs a hosted scheduler's works on the host's threads: returned with its
 /// [`Scheduler`](crate::Scheduler) by [`Builder::build_hosted`](crate::Builder::build_hosted).
@@ -176,7 +175,7 @@ impl Driver {
         }
         // Program the timer afresh, even for the wake it was set to: its expiry was
         // drained above, so only a new programming makes it readable again.
-        let wake = core.timers.next_wake(now_units(now)).map(units_to_ns);
+        let wake = shared.next_wake_ns(&core, now);
         shared.reprogram(&mut core, wake, shared.now_ns());
         runs
     }

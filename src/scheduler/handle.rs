@@ -194,7 +194,9 @@ impl Scheduler {
     /// `execute_after`, the kernel's one-shot `queue_delayed_work`). `f` is consumed by
     /// that run, so its captures are freed as it returns; cancelled or dropped before it,
     /// `f` is dropped without running. After the run every arm (`schedule`, `reschedule`,
-    /// `schedule_within`) returns `false` and `touch` does nothing. Until then it is a
+    /// `schedule_within`) returns `false` and `touch` does nothing; an arm made while the
+    /// run is in progress (from inside it or from another thread) returns `true`, as on
+    /// any running work, and is disarmed when the run ends. Until then it is a
     /// work like any other: `reschedule` moves it, `flush` or `try_flush` runs it now,
     /// `cancel_sync` waits for it. `sched.once(delay, f).detach()` is fire-and-forget:
     /// the work is freed after its run (or at shutdown, unrun).

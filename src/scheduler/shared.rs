@@ -17,6 +17,7 @@ use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
+use crate::scheduler::work::touch_tick::{TICK_MIN_IDLE_NS, TouchTick};
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::timer::Timers;
 
@@ -162,6 +163,8 @@ pub(crate) struct Shared {
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// T: the workers' ids and wakeup count.
     pub(crate) wakeups: WorkerWakeups,
+    /// A/T: the tick long timeouts' touches read (see `touch_tick`).
+    pub(crate) touch_tick: TouchTick,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
     /// none. Never later than the earliest armed deadline rounded up to the slack: every
@@ -217,6 +220,7 @@ impl Shared {
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
             wakeups,
+            touch_tick: TouchTick::new(0),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             fork_generation: crate::fork::generation(),
         }
@@ -286,30 +290,42 @@ impl Shared {
         }
     }
 
-    /// Whether a timeout work with this idle duration records touches with the coarse
-    /// clock (see [`now_for_delay`](Self::now_for_delay)); its touches then count as up
-    /// to the coarse margin later than recorded.
-    pub(super) fn coarse_touch(&self, idle_ns: u64) -> bool {
-        self.coarse_for(idle_ns)
+    /// Whether a timeout work with this idle duration stamps its touches with the touch
+    /// tick (a real scheduler and a long idle, see `touch_tick`), registering it so; else
+    /// it stamps with the full clock.
+    pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
+        let ticks = !self.clock.is_manual() && idle_ns >= TICK_MIN_IDLE_NS;
+        if ticks {
+            self.touch_tick.register_idle(idle_ns);
+        }
+        ticks
     }
 
-    /// The time a touch records: never later than the true time.
-    #[inline]
-    pub(super) fn touch_stamp(&self, coarse: bool) -> u64 {
-        // A manual scheduler's timeouts are never coarse (see `coarse_touch`).
-        if coarse {
-            self.clock.coarse_lower_ns()
-        } else {
-            self.now_ns()
+    /// The next time the structure or the touch tick must be looked at (ns).
+    pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
+        let timers = core
+            .timers
+            .next_wake(crate::scheduler::work::run::now_units(now_ns))
+            .map(crate::scheduler::work::state::units_to_ns);
+        match (timers, self.touch_tick.next_refresh_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
-    /// How much a recorded touch may precede the true one.
-    pub(super) fn touch_margin_ns(&self, coarse: bool) -> u64 {
-        if coarse {
-            self.clock.coarse_margin_ns()
-        } else {
-            0
+    /// A touch stored a tick stamp while the tick's refresher was parked: schedule it,
+    /// and make sure a worker (or the host) wakes for it.
+    #[cold]
+    pub(super) fn wake_touch_tick(&self) {
+        let Some(mut core) = self.lock_unless_forked() else {
+            return;
+        };
+        if core.shutdown {
+            return;
+        }
+        let now = self.now_ns();
+        if let Some(at) = self.touch_tick.wake(now) {
+            self.kick(&mut core, at, now);
         }
     }
 
@@ -490,11 +506,7 @@ impl Shared {
     /// Brings the blocked poller's wakeup forward to the wheel's next slot if that is
     /// earlier than what the timerfd is programmed for.
     pub(super) fn wake_poller_by(&self, core: &mut Core, now_ns: u64) {
-        let next = core
-            .timers
-            .next_wake(crate::scheduler::work::run::now_units(now_ns))
-            .map(crate::scheduler::work::state::units_to_ns);
-        if let Some(wake_ns) = next {
+        if let Some(wake_ns) = self.next_wake_ns(core, now_ns) {
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
             }

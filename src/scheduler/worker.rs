@@ -31,7 +31,6 @@ use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::work::run::Executed;
-use crate::scheduler::work::state::units_to_ns;
 use crate::sync::thread_local;
 
 thread_local! {
@@ -99,7 +98,10 @@ pub(crate) fn main(
                 } else if core.poller_blocked {
                     shared.program(&mut core, Some(now), now);
                 }
-            } else if !core.poller_blocked && core.idle_workers > 0 && core.timers.len() > 0 {
+            } else if !core.poller_blocked
+                && core.idle_workers > 0
+                && (core.timers.len() > 0 || shared.touch_tick.next_refresh_ns().is_some())
+            {
                 shared.idle.notify_one();
             }
             drop(core);
@@ -114,10 +116,7 @@ pub(crate) fn main(
             continue;
         }
         if !core.poller_blocked {
-            let wake = core
-                .timers
-                .next_wake(crate::scheduler::work::run::now_units(now))
-                .map(units_to_ns);
+            let wake = shared.next_wake_ns(&core, now);
             shared.program(&mut core, wake, now);
             core.poller_blocked = true;
             drop(core);

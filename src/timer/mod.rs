@@ -179,7 +179,8 @@ impl<T> Timers<T> {
     /// else the earliest tick placed in the first occupied slot. `None` when it holds
     /// nothing.
     ///
-    /// Not the slot's start: a coarse slot (level 1 and up) is processed whenever
+    /// Not the slot's start (nor later than its end): a coarse slot (level 1 and up) is
+    /// processed whenever
     /// [`expire`](Self::expire) first runs at or after its start, and nothing in it is
     /// due before its earliest tick, so waking then processes the slot (cascading the
     /// rest of it one level down) and finds that value due in the same wakeup. A lone
@@ -190,7 +191,13 @@ impl<T> Timers<T> {
         }
         self.wheel.next_expiration().map(|exp| {
             let first = self.slots[exp.level * SLOTS + exp.slot].first_tick;
-            exp.tick.max(first).saturating_mul(self.tick_units)
+            // Capped at the slot's end: a top-level slot also holds deadlines past the
+            // horizon, re-placed when it comes round, and every later slot starts at or
+            // after that end, so waking later could sleep past them.
+            let end = exp
+                .tick
+                .saturating_add(1u64 << (exp.level as u32 * wheel::SLOT_BITS));
+            exp.tick.max(first.min(end)).saturating_mul(self.tick_units)
         })
     }
 
@@ -418,4 +425,8 @@ mod tests {
             }
         }
     }
+
+    /// `next_wake` and `expire` with deadlines across every level and past the horizon.
+    #[path = "far_deadlines.rs"]
+    mod far_deadlines;
 }

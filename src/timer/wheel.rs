@@ -24,7 +24,7 @@
 pub(crate) const LEVELS: usize = 6;
 /// Slots per level.
 pub(crate) const SLOTS: usize = 64;
-const SLOT_BITS: u32 = 6;
+pub(crate) const SLOT_BITS: u32 = 6;
 /// First tick distance that no longer fits the wheel.
 const HORIZON: u64 = 1 << (SLOT_BITS as usize * LEVELS);
 
@@ -86,8 +86,13 @@ impl Wheel {
         }
         let shift = level as u32 * SLOT_BITS;
         let now_slot = ((self.elapsed >> shift) as usize) & (SLOTS - 1);
-        let slot = (occupied.rotate_right(now_slot as u32).trailing_zeros() as usize + now_slot)
-            & (SLOTS - 1);
+        // From the slot after the cursor's: the cursor's own slot can only hold deadlines
+        // past the horizon that share its top digit (an ordinary entry's digit at its level
+        // is above the cursor's), which come round a whole level range later, so it is
+        // the last in rotation.
+        let first = (now_slot + 1) & (SLOTS - 1);
+        let slot =
+            (occupied.rotate_right(first as u32).trailing_zeros() as usize + first) & (SLOTS - 1);
         Some(Expiration {
             level,
             slot,

@@ -15,6 +15,8 @@
 //! - `flush_scope`: What a `flush` waits for.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
+//! - `lone_runs`: Far deadlines through a hosted driver, arms made while a lone run holds
+//!   its worker, and `once` and `try_flush` racing runs.
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
 //!   manual scheduler, where time is virtual and every interleaving is chosen by the test.
 //! - `manual_ticks`: The manual clock at sub-slack resolution.
@@ -48,6 +50,7 @@ mod detach;
 mod faults;
 mod flush_scope;
 mod lock_free_arming;
+mod lone_runs;
 mod manual;
 mod manual_ticks;
 mod once;

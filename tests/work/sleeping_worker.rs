@@ -100,10 +100,9 @@ fn an_hour_then_ten_ms_runs_the_ten_ms_one() {
             });
             let far = s.join().unwrap();
             std::thread::sleep(2 * MS);
-            let p2 = std::thread::scope(|scope| {
+            std::thread::scope(|scope| {
                 scope.spawn(|| p.arm(10 * MS));
             });
-            let _ = p2;
             assert!(eventually(|| p.runs.load(Ordering::SeqCst) == 1));
             assert_eq!(p.early.load(Ordering::SeqCst), 0);
             far.cancel();

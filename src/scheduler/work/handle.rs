@@ -108,7 +108,7 @@ impl Work {
     where
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
-        let precise = if scheduler.shared().coarse_touch(idle_ns) {
+        let precise = if scheduler.shared().tick_touch(idle_ns) {
             0
         } else {
             PRECISE_TOUCH

@@ -9,6 +9,8 @@
 //! - [`cancel`]: `cancel`, `cancel_sync` and the handle's drop, `disable`/`enable`.
 //! - [`timeout`]: idle timeouts: the constructor, the lock-free touch, and when a
 //!   touched work is due.
+//! - [`touch_tick`]: the tick a long timeout's touch reads instead of a clock, and the
+//!   times each tick was published.
 //! - [`run`]: a run's lifecycle: take, execute (unlocked, contained), complete; manual
 //!   time's `advance`.
 //! - [`entry`]: a timer entry, a counted reference tagged with the epoch it was placed
@@ -79,6 +81,7 @@ pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod timeout;
+pub(crate) mod touch_tick;
 
 pub(crate) use allocation::{Callback, Header, WorkInner, WorkRef};
 pub use ctx::{Ctx, Next};

@@ -23,8 +23,9 @@
 //! re-arms the work for touch + idle when the run ends.
 //!
 //! - `touch()` on an armed (or running) timeout work records the time and takes no lock:
-//!   an atomic load, a clock read and a compare, plus one `fetch_max` when the clock has
-//!   moved since the last recorded touch. It never touches the timer structure.
+//!   a few atomic loads and a compare (an idle of 1 s or more reads the scheduler's
+//!   touch tick, a shorter one the clock), plus one `fetch_max` when the tick or clock
+//!   has moved since the last recorded touch. It never touches the timer structure.
 //! - The timer entry stays where it was. When it fires before the postponed deadline, the
 //!   worker places it again for the rest, without calling the callback; that is not a run
 //!   in the stats.
@@ -36,11 +37,11 @@
 //!
 //! # Clock
 //!
-//! For an idle of at least 100 times the coarse clock's margin (on a 250 Hz kernel,
-//! 3.2 s) touches are stamped with `CLOCK_MONOTONIC_COARSE`, which costs a few ns where
-//! a full clock read costs up to ten times that; the stamp is then counted as up to that
-//! margin later than recorded, so a timeout may run up to that much late (1 % of the
-//! idle at most) and never early. Shorter idles read the full clock.
+//! On a real scheduler, touches of a work whose idle is at least 1 s are stamped with the
+//! scheduler's touch tick (see `touch_tick`): no clock is read, and a stamp counts as the
+//! time the tick after it was published, so a timeout may run up to one tick interval
+//! late (1/16 of the shortest such idle, more while the workers are starved) and never
+//! early. Shorter idles, and every idle on a manual scheduler, read the full clock.
 
 use std::time::Duration;
 
@@ -101,8 +102,9 @@ impl Shared {
         self.touch_due(stamp, work.period_ns())
     }
 
-    /// A timeout work's touch: records the time (raising the stamp at most once per
-    /// clock tick), and arms the work only if it is neither armed nor running.
+    /// A timeout work's touch: records the time (the touch tick for a long idle, else the
+    /// full clock), raising the stamp at most once per tick, and arms the work only if it
+    /// is neither armed nor running.
     ///
     /// Ordering: the stamp's `fetch_max` comes before a `SeqCst` re-read of the state
     /// word, and both the worker's decision to run (it sets `FIRING`, then reads the
@@ -117,11 +119,19 @@ impl Shared {
         let stamp_word = &work.header().period_or_touch;
         let recorded = load_ordered_after_seqcst_writes(stamp_word);
         let precise = recorded & PRECISE_TOUCH;
-        // Stamps are the time + 1, so that 0 means "never touched"; they stay below the
-        // precision bit (a saturated virtual clock reads u64::MAX).
-        let stamp = (self.touch_stamp(precise == 0).min(PRECISE_TOUCH - 2) + 1) | precise;
+        // A tick stamp is the tick (from 1); a full-clock stamp is the time + 1. So 0
+        // means "never touched", and stamps stay below the precision bit (a saturated
+        // virtual clock reads u64::MAX).
+        let stamp = if precise == 0 {
+            self.touch_tick.current()
+        } else {
+            (self.now_ns().min(PRECISE_TOUCH - 2) + 1) | precise
+        };
         if stamp > recorded {
             stamp_word.fetch_max(stamp, Ordering::SeqCst);
+            if precise == 0 && self.touch_tick.note_touch() {
+                self.wake_touch_tick();
+            }
         }
         // Read after the stamp, also when another touch recorded the same one: if the
         // worker set FIRING before this read, it may have read the stamp before that other
@@ -137,13 +147,18 @@ impl Shared {
     }
 
     /// When a timeout work touched at `stamp` may run (units): never earlier than the
-    /// true touch + idle.
+    /// true touch + idle. A tick stamp counts as the time its next tick was published
+    /// (see `touch_tick`), which may publish that tick now.
     pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
-        let precise = stamp & PRECISE_TOUCH != 0;
-        let Some(touched) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
-            return 0; // never touched: nothing postpones it
+        let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
+            return 0; // never touched (either kind): nothing postpones it
         };
-        let at = touched.saturating_add(self.touch_margin_ns(!precise));
-        units_ceil(at.saturating_add(idle_ns))
+        let touched = if stamp & PRECISE_TOUCH != 0 {
+            clock_stamp
+        } else {
+            self.touch_tick
+                .upper_time_ns(stamp, || self.clock.real_now_ns())
+        };
+        units_ceil(touched.saturating_add(idle_ns))
     }
 }
