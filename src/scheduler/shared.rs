@@ -294,9 +294,20 @@ impl Shared {
     /// tick (a real scheduler and a long idle, see `touch_tick`), registering it so; else
     /// it stamps with the full clock.
     pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
-        let ticks = !self.clock.is_manual() && idle_ns >= TICK_MIN_IDLE_NS;
+        // Not in a forked child: the tick's lock may be held by a thread that is gone.
+        let ticks =
+            !self.clock.is_manual() && idle_ns >= TICK_MIN_IDLE_NS && !self.is_forked_copy();
         if ticks {
-            self.touch_tick.register_idle(idle_ns);
+            let now = self.now_ns();
+            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
+                // A refresh scheduled for a longer idle moved earlier: make sure someone
+                // wakes for it.
+                if let Some(mut core) = self.lock_unless_forked() {
+                    if !core.shutdown {
+                        self.kick(&mut core, at, now);
+                    }
+                }
+            }
         }
         ticks
     }
@@ -324,8 +335,13 @@ impl Shared {
             return;
         }
         let now = self.now_ns();
-        if let Some(at) = self.touch_tick.wake(now) {
-            self.kick(&mut core, at, now);
+        self.wake_touch_tick_locked(&mut core, now);
+    }
+
+    /// [`wake_touch_tick`](Self::wake_touch_tick) with the core lock held.
+    pub(super) fn wake_touch_tick_locked(&self, core: &mut Core, now_ns: u64) {
+        if let Some(at) = self.touch_tick.wake(now_ns) {
+            self.kick(core, at, now_ns);
         }
     }
 

@@ -5,6 +5,7 @@
 //! - `edges`: Edge cases of timeout works on the manual clock.
 //! - `manual`: Idle timeouts (`Scheduler::timeout`, `timeout_for`) on the manual clock.
 //! - `threaded`: Idle timeouts on real threads and the real clock.
+//! - `touch_tick`: The touch tick that long timeouts' touches read, under attack.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -13,3 +14,4 @@ mod bad_input;
 mod edges;
 mod manual;
 mod threaded;
+mod touch_tick;

@@ -104,11 +104,11 @@ fn two_threads_touching_every_2ms_keep_a_full_clock_timeout_from_running() {
 
 #[test]
 fn two_threads_touching_every_2ms_keep_a_coarse_clock_timeout_from_running() {
-    // 3.3 s is above the touch tick's threshold (1 s): touches read the scheduler's tick,
+    // 1.3 s is above the touch tick's threshold (1 s): touches read the scheduler's tick,
     // not a clock, and a stamp counts as the time the next tick was published, which
     // must keep the run from coming early.
-    let idle = Duration::from_millis(3300);
-    let (touches, runs) = two_threads_touch(idle, Duration::from_millis(3500));
+    let idle = Duration::from_millis(1300);
+    let (touches, runs) = two_threads_touch(idle, Duration::from_millis(1500));
     assert_eq!(runs.len(), 1);
     assert_never_within_idle(idle, &touches, &runs);
 }

@@ -12,7 +12,7 @@ use crate::scheduler::shared::{CoreGuard, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::run::{Executed, Taken, leave_forked_child};
 use crate::scheduler::work::state::{
-    FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, YIELDED,
+    FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, TIMEOUT, YIELDED,
 };
 use crate::sync::load_ordered_after_seqcst_writes;
 
@@ -120,6 +120,9 @@ impl Shared {
             ran_here = true;
             let deadline_ns = crate::scheduler::work::state::units_to_ns(state.deadline());
             let touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
+            if state.has(TIMEOUT) {
+                self.taking_timeout_run(touch_stamp);
+            }
             core.lending.stats.helped += 1;
             let now = self.now_ns();
             drop(core);

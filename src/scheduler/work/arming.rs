@@ -221,14 +221,9 @@ impl Shared {
         if state & (PENDING | TIMEOUT) == PENDING {
             return;
         }
-        self.touch_not_pending_or_timeout(work, State(state));
-    }
-
-    /// Out of line, so that the periodic work's fast path above stays a load and a test
-    /// wherever it is inlined.
-    #[inline(never)]
-    fn touch_not_pending_or_timeout(&self, work: &WorkRef, state: State) {
-        if state.has(TIMEOUT) {
+        if state & TIMEOUT != 0 {
+            // Inline as well: a timeout's touch is a few loads, and a call would be a
+            // good part of it.
             self.touch_timeout(work);
         } else {
             self.touch_slow(work);
@@ -245,7 +240,7 @@ impl Shared {
         }
         let now = self.now_ns();
         let period = work.period_ns().max(self.slack_ns());
-        self.commit(&mut core, work, now, |old| {
+        let armed = self.commit(&mut core, work, now, |old| {
             // A timeout work that became armed or running meanwhile has the new stamp.
             let busy = if old.has(TIMEOUT) {
                 PENDING | RUNNING
@@ -264,6 +259,12 @@ impl Shared {
             new.arm(Shared::deadline_after(now, period));
             Some(new)
         });
+        if let Some((old, _)) = armed {
+            if old.has(TIMEOUT) && self.stamps_with_ticks(work) && self.touch_tick.note_touch() {
+                // Its touches postpone it from now on: the tick must move.
+                self.wake_touch_tick_locked(&mut core, now);
+            }
+        }
     }
 
     /// Arms a new work (`every`, `timeout`) for its first run.

@@ -94,12 +94,27 @@ pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
 impl Shared {
     /// A timeout work's postponement: due no earlier than this (units) by its latest
     /// touch; 0 for other works.
+    ///
+    /// A read: it never publishes a tick (see `touch_tick`), and in a `fork()`ed child
+    /// (where the tick's lock may be held by a thread that is gone) a tick stamp counts
+    /// as touched now.
     pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
         if !work.header().state.load().has(TIMEOUT) {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-        self.touch_due(stamp, work.period_ns())
+        let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
+            return 0;
+        };
+        let now = self.now_ns();
+        let touched = if stamp & PRECISE_TOUCH != 0 {
+            clock_stamp
+        } else if self.is_forked_copy() {
+            now
+        } else {
+            self.touch_tick.read_upper_time_ns(stamp, now)
+        };
+        units_ceil(touched.saturating_add(work.period_ns()))
     }
 
     /// A timeout work's touch: records the time (the touch tick for a long idle, else the
@@ -127,11 +142,9 @@ impl Shared {
         } else {
             (self.now_ns().min(PRECISE_TOUCH - 2) + 1) | precise
         };
-        if stamp > recorded {
+        let stored = stamp > recorded;
+        if stored {
             stamp_word.fetch_max(stamp, Ordering::SeqCst);
-            if precise == 0 && self.touch_tick.note_touch() {
-                self.wake_touch_tick();
-            }
         }
         // Read after the stamp, also when another touch recorded the same one: if the
         // worker set FIRING before this read, it may have read the stamp before that other
@@ -141,9 +154,29 @@ impl Shared {
             work.header().state.clear_firing();
         }
         if state.has(PENDING | RUNNING) {
+            // Only a touch that postpones something keeps the tick moving: a stopped or
+            // parked work's touch costs no refresh.
+            if stored && precise == 0 && self.touch_tick.note_touch() {
+                self.wake_touch_tick();
+            }
             return;
         }
         self.touch_slow(work);
+    }
+
+    /// Whether this timeout work's touches are stamped with the touch tick.
+    pub(crate) fn stamps_with_ticks(&self, work: &WorkRef) -> bool {
+        work.header().period_or_touch.load(Ordering::Relaxed) & PRECISE_TOUCH == 0
+    }
+
+    /// A timeout work stamped `stamp` is taken to run without a decision that read its
+    /// stamp (a flush): the tick moves past the stamp, so a touch during the run is seen
+    /// by the run's completion (see `touch_tick`).
+    pub(crate) fn taking_timeout_run(&self, stamp: u64) {
+        if stamp & PRECISE_TOUCH == 0 {
+            self.touch_tick
+                .move_past(stamp, || self.clock.real_now_ns());
+        }
     }
 
     /// When a timeout work touched at `stamp` may run (units): never earlier than the

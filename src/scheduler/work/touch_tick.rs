@@ -27,7 +27,9 @@
 //! `RING` ticks, else the next multiple of the coarsest stride that still covers it. That
 //! bound never moves earlier (never early), and for a stamp `a` ticks old it is at most
 //! `a / 16` ticks late, so a timeout judged at touch + idle is at most 1/16 of its idle
-//! late on that account. The levels cover 4^15 × 64 ticks (decades at any rate).
+//! late on that account. The levels cover 4^19 × 64 ticks: ticks are only published by
+//! the refresher and by a worker (or host, or flush) taking a decision on a work stamped
+//! with the current tick, never by a read such as `deadline()`, so that is millennia.
 //!
 //! # Cost
 //!
@@ -59,7 +61,7 @@ pub(crate) const TICK_MIN_IDLE_NS: u64 = 1_000_000_000;
 /// Ticks per history level (see the module docs).
 const RING: u64 = 64;
 /// History levels; level `l` keeps the multiples of `STRIDE^l`.
-const LEVELS: u32 = 16;
+const LEVELS: u32 = 20;
 /// Each level's stride over the one below.
 const STRIDE: u64 = 4;
 
@@ -147,10 +149,19 @@ impl TouchTick {
     }
 
     /// A timeout work with this idle stamps with ticks: refresh at least as often as it
-    /// needs.
-    pub(crate) fn register_idle(&self, idle_ns: u64) {
+    /// needs. Returns the refresher's new time if a refresh scheduled for a longer idle
+    /// moved earlier, for the caller to wake a worker (or the host) for.
+    pub(crate) fn register_idle(&self, idle_ns: u64, now_ns: u64) -> Option<u64> {
         let mut state = lock_std(&self.state);
         state.interval_ns = state.interval_ns.min((idle_ns / IDLE_PARTS).max(1));
+        let sooner = now_ns.saturating_add(state.interval_ns);
+        let moved = match state.next_refresh_ns {
+            Some(at) if at > sooner => {
+                state.next_refresh_ns = Some(sooner);
+                Some(sooner)
+            }
+            _ => None,
+        };
         if state.times.is_empty() {
             // Every tick so far gets the earliest time it can have had: tick 1's is the
             // start, and any later one's is at least that. Bounds are upper bounds, so
@@ -158,6 +169,7 @@ impl TouchTick {
             let first = state.first_ns;
             state.times = vec![first; (LEVELS * RING as u32) as usize];
         }
+        moved
     }
 
     /// The current tick, for a touch.
@@ -231,8 +243,10 @@ impl TouchTick {
         }
     }
 
-    /// A time no earlier than any touch stamped `stamp` (a tick): the time the tick
-    /// after it was published, publishing it first if `stamp` is the current tick.
+    /// A time no earlier than any touch stamped `stamp` (a tick), for a decision (a
+    /// worker, a host or a flush judging the work): the time the tick after it was
+    /// published, publishing it first if `stamp` is the current tick, so the bound of a
+    /// stamp never moves once a decision has used it.
     pub(crate) fn upper_time_ns(&self, stamp: u64, now: impl Fn() -> u64) -> u64 {
         let mut state = lock_std(&self.state);
         if stamp >= self.current.load(Ordering::SeqCst) {
@@ -243,6 +257,33 @@ impl TouchTick {
             Some(ns) => ns,
             // Older than every level (or no history): now is later than its tick's time.
             None => self.publish_next(&mut state, &now),
+        }
+    }
+
+    /// [`upper_time_ns`](Self::upper_time_ns) for a read (`deadline()`, an arm comparing
+    /// deadlines): never publishes, so reads cannot drive the tick; a stamp equal to the
+    /// current tick is bounded by `now_ns` (the touch came before it), which the bound a
+    /// later decision uses is never earlier than.
+    pub(crate) fn read_upper_time_ns(&self, stamp: u64, now_ns: u64) -> u64 {
+        let state = lock_std(&self.state);
+        let current = self.current.load(Ordering::SeqCst);
+        if stamp >= current {
+            return now_ns;
+        }
+        state
+            .first_kept_at_or_after(stamp + 1, current)
+            .unwrap_or(now_ns)
+    }
+
+    /// A work stamped `stamp` is being taken to run: publishes the next tick if `stamp`
+    /// is the current one, so a touch during the run reads a newer tick and stores it,
+    /// and the run's completion sees that touch.
+    pub(crate) fn move_past(&self, stamp: u64, now: impl Fn() -> u64) {
+        if stamp != 0 && stamp >= self.current.load(Ordering::SeqCst) {
+            let mut state = lock_std(&self.state);
+            if stamp >= self.current.load(Ordering::SeqCst) {
+                self.publish_next(&mut state, &now);
+            }
         }
     }
 
@@ -268,7 +309,7 @@ mod tests {
         let clock = Cell::new(100);
         let now = || clock.get();
         let tick = TouchTick::new(100);
-        tick.register_idle(16_000);
+        tick.register_idle(16_000, 0);
         assert_eq!(tick.current(), 1);
         clock.set(150);
         // Stamped with the current tick: its bound is published now.
@@ -285,7 +326,7 @@ mod tests {
         let clock = Cell::new(0);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(16_000);
+        tick.register_idle(16_000, 0);
         // Tick t (t >= 2) is published at time 10 t.
         for t in 2..=5_000u64 {
             clock.set(t * 10);
@@ -315,7 +356,7 @@ mod tests {
         let clock = Cell::new(0);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(1_600); // interval 100
+        tick.register_idle(1_600, 0); // interval 100
         assert_eq!(tick.next_refresh_ns(), None, "parked until a touch");
         assert!(tick.note_touch(), "parked: the touch must wake it");
         assert_eq!(tick.wake(0), Some(100));
@@ -335,5 +376,75 @@ mod tests {
         assert_eq!(tick.current(), 3);
         assert_eq!(tick.next_refresh_ns(), None, "quiet: parked");
         assert!(tick.note_touch());
+    }
+
+    #[test]
+    fn bounds_match_a_brute_force_history_at_every_level_boundary() {
+        let clock = Cell::new(0u64);
+        let now = || clock.get();
+        let tick = TouchTick::new(0);
+        tick.register_idle(16_000, 0);
+        // times[t] = time of tick t (tick 1 at 0); irregular gaps.
+        let mut times = vec![0u64, 0];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut last_bound = std::collections::HashMap::new();
+        let checkpoints: Vec<u64> = {
+            let mut v = vec![2, 3, 63, 64, 65, 66, 127, 128, 129, 255, 256, 257, 320, 321];
+            for l in 1..6u32 {
+                let b = RING * STRIDE.pow(l);
+                v.extend([b - 1, b, b + 1, b + 2, b + STRIDE.pow(l), 2 * b + 3]);
+            }
+            v.sort();
+            v.dedup();
+            v
+        };
+        let max = *checkpoints.last().unwrap();
+        for t in 2..=max {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = times[t as usize - 1] + 1 + x % 1000;
+            clock.set(at);
+            tick.upper_time_ns(tick.current(), now); // publishes tick t
+            times.push(at);
+            assert_eq!(tick.current(), t);
+            if !checkpoints.contains(&t) {
+                continue;
+            }
+            clock.set(at + 5);
+            let mut stamps: Vec<u64> = (1..t).filter(|s| t - s < 200 || s % 97 == 0).collect();
+            for l in 0..7u32 {
+                let st = STRIDE.pow(l);
+                for m in [st, 2 * st, RING * st] {
+                    for d in [0u64, 1, 2] {
+                        if m + d < t && m + d >= 1 {
+                            stamps.push(m + d);
+                        }
+                        if m > d + 1 && m - d < t {
+                            stamps.push(m - d);
+                        }
+                    }
+                }
+            }
+            for stamp in stamps {
+                let bound = tick.upper_time_ns(stamp, now);
+                assert_eq!(tick.current(), t, "an old stamp published a tick");
+                let kept = times
+                    .iter()
+                    .position(|&ns| ns == bound)
+                    .expect("a bound is a published tick's time") as u64;
+                assert!(kept > stamp, "stamp {stamp} at {t}: bound of tick {kept}");
+                let age = t - stamp;
+                assert!(
+                    kept - (stamp + 1) <= age / 16 + 1,
+                    "stamp {stamp} at {t}: tick {kept}, {} ticks late",
+                    kept - stamp - 1
+                );
+                if let Some(&prev) = last_bound.get(&stamp) {
+                    assert!(bound >= prev, "stamp {stamp}: bound moved earlier");
+                }
+                last_bound.insert(stamp, bound);
+            }
+        }
     }
 }
