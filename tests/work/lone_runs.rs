@@ -458,8 +458,10 @@ fn once_races_never_run_twice_and_drop_the_closure_once() {
         let work = Arc::into_inner(work).unwrap();
         match round % 3 {
             0 => {
-                cancelled.store(true, Ordering::SeqCst);
+                // The flag goes up once drop returned: a run that sees it began after.
                 drop(work);
+                cancelled.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(500));
                 assert_eq!(
                     after_cancel.load(Ordering::SeqCst),
                     0,
@@ -477,8 +479,8 @@ fn once_races_never_run_twice_and_drop_the_closure_once() {
                         "a spent once accepted an arm"
                     );
                 }
-                cancelled.store(true, Ordering::SeqCst);
                 work.cancel_sync();
+                cancelled.store(true, Ordering::SeqCst);
                 drop(work);
                 assert_eq!(after_cancel.load(Ordering::SeqCst), 0);
             }
