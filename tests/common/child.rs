@@ -105,3 +105,31 @@ pub fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHa
         LATE.with(|late| *late.borrow_mut() = Some(Late(Some(Box::new(f)))));
     })
 }
+
+/// Waits for the `fork()`ed child `pid` at most `bound`: its exit code, or `None` if it
+/// hung (it is then killed and reaped). A child killed by a signal fails the test.
+#[cfg(unix)]
+pub fn wait_for_forked_child(pid: libc::pid_t, bound: Duration) -> Option<i32> {
+    let start = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is the caller's child.
+        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if done == pid {
+            assert!(
+                libc::WIFEXITED(status),
+                "the child died: status {status:#x}"
+            );
+            return Some(libc::WEXITSTATUS(status));
+        }
+        if start.elapsed() > bound {
+            // SAFETY: kills and reaps the caller's own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -135,3 +135,18 @@ pub fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail:
         "{promise}: broken in {broke} of {rounds} rounds {detail}"
     );
 }
+
+/// Waits until `sched`'s worker wakeup count stays still for 150 ms (the last expiries
+/// passed), at most [`EVENTUALLY`].
+pub fn settle_wakeups(sched: &nicework::Scheduler) {
+    let mut last = sched.metrics().worker_wakeups;
+    let start = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(150));
+        let now = sched.metrics().worker_wakeups;
+        if now == last || start.elapsed() > EVENTUALLY {
+            return;
+        }
+        last = now;
+    }
+}

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nicework::{Next, Scheduler};
 
@@ -33,28 +33,8 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
 /// Waits for child `pid` at most `CHILD_BOUND` (a hang is killed and fails) and
 /// returns its exit code; a child killed by a signal fails.
 fn wait_for_child(pid: libc::pid_t) -> i32 {
-    let start = Instant::now();
-    loop {
-        let mut status = 0;
-        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if done == pid {
-            assert!(
-                libc::WIFEXITED(status),
-                "the child died: status {status:#x}"
-            );
-            return libc::WEXITSTATUS(status);
-        }
-        if start.elapsed() > CHILD_BOUND {
-            // SAFETY: kills and reaps our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            panic!("the child hung (deadlock on a lock held at fork time?)");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    crate::common::child::wait_for_forked_child(pid, CHILD_BOUND)
+        .expect("the child hung (deadlock on a lock held at fork time?)")
 }
 
 #[test]

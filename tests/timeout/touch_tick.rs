@@ -409,28 +409,12 @@ fn forks_while_the_tick_lock_is_hammered(child: impl Fn(&Scheduler, &Work)) -> u
             // SAFETY: leaves the child at once.
             unsafe { libc::_exit(0) };
         }
-        let start = Instant::now();
-        loop {
-            let mut status = 0;
-            // SAFETY: our own child.
-            let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-            if done == pid {
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                // SAFETY: kills and reaps our own child.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                    libc::waitpid(pid, &mut status, 0);
-                }
+        match common::child::wait_for_forked_child(pid, Duration::from_secs(10)) {
+            Some(code) => assert_eq!(code, 0, "the child failed"),
+            None => {
                 hung += 1;
                 break;
             }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if hung > 0 {
-            break;
         }
     }
     stop.store(true, Ordering::Relaxed);

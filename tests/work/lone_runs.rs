@@ -298,16 +298,7 @@ fn an_arm_racing_the_completion_of_a_lone_run_is_watched() {
 // --- zero wakeups while parked, after the new paths -----------------------------------
 
 fn settle(sched: &Scheduler) {
-    let mut last = sched.metrics().worker_wakeups;
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(150));
-        let now = sched.metrics().worker_wakeups;
-        if now == last || start.elapsed() > EVENTUALLY {
-            return;
-        }
-        last = now;
-    }
+    crate::common::settle_wakeups(sched);
 }
 
 /// Lone runs that kept the poller role, once works (run, cancelled, detached), try_flush

@@ -204,18 +204,8 @@ fn many_threads_rearming_earlier_and_later_lose_no_final_arm() {
     }
 }
 
-/// Waits until the wakeup count stays still for a while (the last expiries passed).
 fn settle(sched: &Scheduler) {
-    let mut last = sched.metrics().worker_wakeups;
-    let start = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(150));
-        let now = sched.metrics().worker_wakeups;
-        if now == last || start.elapsed() > EVENTUALLY {
-            return;
-        }
-        last = now;
-    }
+    crate::common::settle_wakeups(sched);
 }
 
 // Parked after cancels and re-arms, 1, 2 and 4 workers: once the old deadlines
