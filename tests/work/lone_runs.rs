@@ -116,7 +116,7 @@ fn arms_from_other_threads_while_a_lone_run_holds_its_worker_run_promptly() {
     for workers in [2, 4] {
         let sched = Scheduler::builder().workers(workers).build().unwrap();
         let mut rng = Rng(0x1234_5678 + workers as u64);
-        for round in 0..30 {
+        for round in 0..15 {
             let (long, started, go) = held(&sched);
             assert!(long.schedule(Duration::from_micros(rng.next() % 2000)));
             started
@@ -178,7 +178,7 @@ fn arms_from_other_threads_while_a_lone_run_holds_its_worker_run_promptly() {
 fn arms_from_inside_a_held_callback_run_promptly() {
     for workers in [2, 4] {
         let sched = Scheduler::builder().workers(workers).build().unwrap();
-        for round in 0..30 {
+        for round in 0..15 {
             let p = Probe::default();
             let delay = Duration::from_micros(300 + (round as u64 * 997) % 5000);
             let target = {
@@ -276,7 +276,7 @@ fn an_arm_racing_the_completion_of_a_lone_run_is_watched() {
             p2.note_run();
             Next::Park
         });
-        for round in 0..150 {
+        for round in 0..60 {
             spin_us.store((rng.next() % 400) as usize, Ordering::SeqCst);
             let before = p.runs();
             lone.reschedule(Duration::ZERO);
@@ -385,7 +385,7 @@ fn once_races_never_run_twice_and_drop_the_closure_once() {
     let sched = Scheduler::builder().workers(2).build().unwrap();
     let mut rng = Rng(0xabcdef);
     let mut total_runs = 0;
-    for round in 0..400 {
+    for round in 0..150 {
         let runs = Arc::new(AtomicUsize::new(0));
         let drops = Arc::new(AtomicUsize::new(0));
         let after_cancel = Arc::new(AtomicUsize::new(0));
@@ -599,7 +599,7 @@ fn try_flush_on_a_yielding_work_never_blocks_and_leaves_the_increments_to_worker
         }
     }));
     let trues = Arc::new(AtomicUsize::new(0));
-    for round in 0..20 {
+    for round in 0..10 {
         let start = increments.load(Ordering::SeqCst);
         assert!(work.schedule(Duration::ZERO));
         std::thread::scope(|s| {

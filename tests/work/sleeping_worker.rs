@@ -68,7 +68,7 @@ fn a_short_arm_racing_the_poller_to_sleep_wakes_it() {
         assert!(_anchor.schedule(HOUR));
         let p = probe(&sched);
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ workers as u64);
-        for i in 0..100 {
+        for i in 0..50 {
             let before = p.runs.load(Ordering::SeqCst);
             // Spin a random few microseconds so the arm lands anywhere in the poller's
             // program/sleep window.
@@ -118,7 +118,7 @@ fn a_work_moved_from_an_hour_to_a_millisecond_runs() {
         let sched = sched(workers);
         let p = probe(&sched);
         let mut rng = Rng(77 + workers as u64);
-        for i in 0..70 {
+        for i in 0..35 {
             let before = p.runs.load(Ordering::SeqCst);
             p.work.reschedule(HOUR);
             let spin = Instant::now() + Duration::from_micros(rng.next() % 500);
@@ -152,7 +152,7 @@ fn many_threads_rearming_earlier_and_later_lose_no_final_arm() {
                 std::thread::spawn(move || {
                     let mut rng = Rng(1234 + t as u64 * 7 + workers as u64);
                     barrier.wait();
-                    for round in 0..50 {
+                    for round in 0..25 {
                         for _ in 0..20 {
                             match rng.next() % 6 {
                                 0 => {
@@ -332,7 +332,7 @@ fn settle_short() {
 #[test]
 fn shutdown_racing_arms_never_hangs() {
     let mut rng = Rng(4242);
-    for round in 0..24 {
+    for round in 0..12 {
         let workers = 1 + (round % 8);
         let sched = sched(workers);
         let stop = Arc::new(AtomicBool::new(false));
@@ -415,7 +415,7 @@ fn zero_and_hour_arms_from_two_threads() {
         let sched = sched(workers);
         let far = Arc::new(sched.work(|_| Next::Park));
         let p = Arc::new(probe(&sched));
-        for i in 0..100 {
+        for i in 0..50 {
             let before = p.runs.load(Ordering::SeqCst);
             far.cancel();
             let barrier = Arc::new(Barrier::new(2));
