@@ -124,10 +124,10 @@ fn a_starved_worker_never_lets_a_tick_stamped_timeout_run_within_idle_of_a_touch
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let hog = sched.once(Duration::ZERO, move |_| {
         held_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(1500)); // the worker is busy: no refresh
+        std::thread::sleep(Duration::from_millis(1300)); // the worker is busy: no refresh
     });
     held_rx.recv().unwrap();
-    let (touches, runs) = two_threads_touch_on(&sched, idle, Duration::from_millis(2500));
+    let (touches, runs) = two_threads_touch_on(&sched, idle, Duration::from_millis(2000));
     assert_eq!(runs.len(), 1);
     assert_never_within_idle(idle, &touches, &runs);
     assert_eq!(hog.stats().runs, 1);

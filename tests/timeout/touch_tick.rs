@@ -262,7 +262,7 @@ fn many_works_bursty_touchers_and_a_hog_never_run_within_idle() {
         add(&mut works, ms);
     }
     spawn_touchers(&works[idles.len()..], &mut threads, 2);
-    while start.elapsed() < Duration::from_millis(2500) {
+    while start.elapsed() < Duration::from_millis(1900) {
         std::thread::sleep(Duration::from_millis(50));
     }
     stop.store(true, Ordering::SeqCst);
@@ -492,7 +492,7 @@ fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
             }
         }));
     }
-    std::thread::sleep(Duration::from_millis(1600));
+    std::thread::sleep(Duration::from_millis(1300));
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         t.join().unwrap();
