@@ -329,8 +329,11 @@ fn last_scheduler_dropped_while_host_loops_on_fd() {
 
 /// An epoll-style host: whenever the fd is readable, run_due; the fd must not stay
 /// readable once run_due returned when the next deadline is later.
-// The descriptor is unix's (see `Driver`'s `AsFd`).
-#[cfg(unix)]
+// Linux's timerfd only: the portable descriptor (a pipe) turns readable again at every
+// arm that moves the deadline earlier, which these foreign arms do every few
+// microseconds, so there a readable pipe after `run_due` is a new signal, not one left
+// behind (`hosted::driver`'s portable-descriptor test pins that `run_due` drains it).
+#[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[test]
 fn fd_never_stays_readable_after_run_due_under_foreign_arms() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
