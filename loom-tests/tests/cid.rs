@@ -128,8 +128,8 @@ fn guard_held_across_reclaim_and_exit() {
     });
 }
 
-/// Nested `enter()` between a scan's revoke and its give-back (guarantee 8). The thread
-/// took an id and went idle; the first scan clears its "used" mark, and a later one may
+/// Nested `enter()` between a scan's revoke and its give-back returns the outer id. The
+/// thread took an id and went idle; the first scan clears its "used" mark, and a later one may
 /// see it unpinned and revoke its id (`cid := NONE`), run the heavy barrier, and give the
 /// id back because the thread pinned meanwhile, or free it. The thread enters again while
 /// three scans run, and nests twice: directly, and through `PerCid::with` (an id out of
@@ -173,7 +173,7 @@ fn nested_enter_returns_the_outer_id_while_the_scan_revokes_it() {
 static H_HAD_1: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static H_MOVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Moving down with the `MOVE` mark (guarantee 3, see "Moving down" in src/cid/mod.rs).
+/// Moving down with the `MOVE` mark (see "Moving down" in src/cid/mod.rs).
 /// L takes id 0 and exits: its exit hook releases 0 while H and the scans run. H took 1
 /// if L still held 0 then, and went idle: when `held` shrinks below 1, H's `cid` is marked to move, while
 /// H enters again (and may move down to 0) and holds that guard, nested, and the second
