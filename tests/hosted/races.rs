@@ -175,15 +175,17 @@ fn set_waker_and_run_due_from_inside_wake() {
     me.driver.lock().unwrap().take();
 }
 
-struct DropDriverInWake {
-    slot: Mutex<Option<Driver>>,
+/// A waker that counts its wakes and drops what its slot holds (the `Driver`, the last
+/// `Scheduler`) inside the first one.
+struct DropInWake<T> {
+    slot: Mutex<Option<T>>,
     n: AtomicUsize,
 }
-impl Wake for DropDriverInWake {
+impl<T: Send + 'static> Wake for DropInWake<T> {
     fn wake(self: Arc<Self>) {
         self.n.fetch_add(1, SeqCst);
-        let d = self.slot.lock().unwrap().take();
-        drop(d);
+        let held = self.slot.lock().unwrap().take();
+        drop(held);
     }
 }
 
@@ -191,7 +193,7 @@ impl Wake for DropDriverInWake {
 fn waker_drops_the_driver_inside_wake() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
     let (flag, freed) = drop_flag();
-    let me = Arc::new(DropDriverInWake {
+    let me = Arc::new(DropInWake::<Driver> {
         slot: Mutex::new(None),
         n: AtomicUsize::new(0),
     });
@@ -217,22 +219,10 @@ fn waker_drops_the_driver_inside_wake() {
     drop(sched);
 }
 
-struct DropSchedInWake {
-    slot: Mutex<Option<Scheduler>>,
-    n: AtomicUsize,
-}
-impl Wake for DropSchedInWake {
-    fn wake(self: Arc<Self>) {
-        self.n.fetch_add(1, SeqCst);
-        let s = self.slot.lock().unwrap().take();
-        drop(s);
-    }
-}
-
 #[test]
 fn waker_drops_last_scheduler_inside_wake_then_fd_and_run_due_do_not_spin() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
-    let me = Arc::new(DropSchedInWake {
+    let me = Arc::new(DropInWake::<Scheduler> {
         slot: Mutex::new(None),
         n: AtomicUsize::new(0),
     });
