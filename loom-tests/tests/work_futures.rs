@@ -44,12 +44,7 @@ fn drop_async_against_a_completing_run(poll_to_the_end: bool) {
             counted.fetch_add(1, SeqCst);
             Next::Again
         });
-        let runner = {
-            let sched = sched.clone();
-            thread::spawn(move || {
-                sched.advance(PERIOD);
-            })
-        };
+        let runner = advance_on_a_thread(&sched);
         let waker = Waker::from(Arc::new(Noop));
         let mut cx = Context::from_waker(&waker);
         let mut dropped = Box::pin(work.drop_async());
@@ -78,6 +73,14 @@ fn drop_async_against_a_completing_run(poll_to_the_end: bool) {
     });
 }
 
+/// A loom thread that advances `sched` by one period.
+fn advance_on_a_thread(sched: &Scheduler) -> thread::JoinHandle<()> {
+    let sched = sched.clone();
+    thread::spawn(move || {
+        sched.advance(PERIOD);
+    })
+}
+
 #[test]
 fn drop_async_polled_to_the_end_against_a_completing_run() {
     drop_async_against_a_completing_run(true);
@@ -99,12 +102,7 @@ fn cancel_async_against_a_run_that_rearms(poll_to_the_end: bool) {
             counted.fetch_add(1, SeqCst);
             Next::Again
         }));
-        let runner = {
-            let sched = sched.clone();
-            thread::spawn(move || {
-                sched.advance(PERIOD);
-            })
-        };
+        let runner = advance_on_a_thread(&sched);
         let waker = Waker::from(Arc::new(Noop));
         let mut cx = Context::from_waker(&waker);
         let mut cancelled = Box::pin(work.cancel_async());
