@@ -150,3 +150,18 @@ pub fn settle_wakeups(sched: &nicework::Scheduler) {
         last = now;
     }
 }
+
+/// `n` threads that keep a CPU busy each until `stop` is set (a CPU-bound load for the
+/// tests of starved workers and of priorities).
+pub fn spinners(n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect()
+}

@@ -317,16 +317,7 @@ fn increments_back_off_while_every_cpu_is_busy_and_not_when_disabled() {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     let stop = Arc::new(AtomicBool::new(false));
-    let spinners: Vec<_> = (0..=cpus)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
+    let spinners = common::spinners(cpus + 1, &stop);
     let increments = |sched: &Scheduler| {
         let runs = Arc::new(AtomicU64::new(0));
         let counter = runs.clone();

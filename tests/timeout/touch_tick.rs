@@ -388,16 +388,7 @@ fn forks_while_the_tick_lock_is_hammered(child: impl Fn(&Scheduler, &Work)) -> u
         })
     };
     // Spinners, so the hammer is often preempted (possibly inside the lock).
-    let spinners: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
+    let spinners = common::spinners(3, &stop);
     std::thread::sleep(Duration::from_millis(50));
     let mut hung = 0;
     for _ in 0..100 {
@@ -468,15 +459,7 @@ fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
         Next::Park
     }));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    for _ in 0..2 {
-        let stop = stop.clone();
-        threads.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        }));
-    }
+    let mut threads = common::spinners(2, &stop);
     for t in 0..2u64 {
         let (work, log, stop) = (work.clone(), log.clone(), stop.clone());
         threads.push(std::thread::spawn(move || {
