@@ -249,15 +249,10 @@ impl TouchTick {
     /// stamp never moves once a decision has used it.
     pub(crate) fn upper_time_ns(&self, stamp: u64, now: impl Fn() -> u64) -> u64 {
         let mut state = lock_std(&self.state);
-        if stamp >= self.current.load(Ordering::SeqCst) {
-            return self.publish_next(&mut state, &now);
-        }
-        let current = self.current.load(Ordering::SeqCst);
-        match state.first_kept_at_or_after(stamp + 1, current) {
-            Some(ns) => ns,
-            // Older than every level (or no history): now is later than its tick's time.
-            None => self.publish_next(&mut state, &now),
-        }
+        // Unknown (the current tick, or older than every level): the next tick's time,
+        // published now, is later than it.
+        self.kept_bound(&state, stamp)
+            .unwrap_or_else(|| self.publish_next(&mut state, &now))
     }
 
     /// [`upper_time_ns`](Self::upper_time_ns) for a read (`deadline()`, an arm comparing
@@ -266,13 +261,17 @@ impl TouchTick {
     /// later decision uses is never earlier than.
     pub(crate) fn read_upper_time_ns(&self, stamp: u64, now_ns: u64) -> u64 {
         let state = lock_std(&self.state);
+        self.kept_bound(&state, stamp).unwrap_or(now_ns)
+    }
+
+    /// The time of the first kept tick after `stamp`, if `stamp` is not the current tick
+    /// and the history still holds one.
+    fn kept_bound(&self, state: &TickState, stamp: u64) -> Option<u64> {
         let current = self.current.load(Ordering::SeqCst);
         if stamp >= current {
-            return now_ns;
+            return None;
         }
-        state
-            .first_kept_at_or_after(stamp + 1, current)
-            .unwrap_or(now_ns)
+        state.first_kept_at_or_after(stamp + 1, current)
     }
 
     /// A work stamped `stamp` is being taken to run: publishes the next tick if `stamp`
