@@ -19,7 +19,7 @@ use common::counted::{Counted, Counting, env, spin};
 fn queued_values_stay_bounded_beside_a_reader_in_a_loop() {
     let counting = Counting::new();
     let cost = Duration::from_micros(env("PERCID_QUEUE_COST_US", 50));
-    let secs = env("PERCID_QUEUE_SECS", 3);
+    let secs = env("PERCID_QUEUE_SECS", 2);
     let sched = Scheduler::new().unwrap();
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)

@@ -486,6 +486,7 @@ fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
     let sched = Scheduler::builder()
         .workers(2)
         .back_off(false)
+        .priority(nicework::Priority::Normal)
         .build()
         .unwrap();
     let works: Vec<Work> = vec![
@@ -856,7 +857,7 @@ fn stats_counts_never_show_more_parks_than_runs_and_never_go_back() {
                 }
             });
         }
-        thread::sleep(Duration::from_secs(1));
+        thread::sleep(Duration::from_millis(500));
         stop.store(true, SeqCst);
     });
     work.cancel_sync();

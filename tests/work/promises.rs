@@ -157,7 +157,7 @@ fn cancel_sync_against_a_rescheduler(sched: &Scheduler) -> bool {
 
 #[test]
 fn cancel_sync_refuses_a_lock_free_reschedule_racing_it() {
-    let sched = Scheduler::builder().build().unwrap();
+    let sched = racing_sched();
     let total = rounds(300);
     let broke = (0..total)
         .filter(|_| cancel_sync_against_a_rescheduler(&sched))
@@ -227,7 +227,7 @@ fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> b
 
 #[test]
 fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
-    let sched = Scheduler::builder().build().unwrap();
+    let sched = racing_sched();
     let total = rounds(300);
     let broke = (0..total)
         .filter(|_| cancel_sync_inside_the_callback_against_a_rescheduler(&sched))
@@ -634,7 +634,7 @@ fn stats_never_show_more_parks_than_runs() {
 fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
     const SHORT: Duration = Duration::from_millis(10);
     const LONG: Duration = Duration::from_secs(10);
-    let sched = Scheduler::builder().build().unwrap();
+    let sched = racing_sched();
     let work = sched.work(|_| Next::Park);
     let total = rounds(100_000);
     // Per round: two threads (on two CPUs) each reschedule once, at the same moment; which
@@ -793,4 +793,15 @@ fn work_for_scheduled_in_new_cyclic_survives_a_run_during_construction() {
         assert!(work.schedule(CYCLIC_PERIOD));
         work
     });
+}
+
+/// The scheduler of the race rounds: its worker at the caller's priority, because each
+/// round needs it on a CPU as often as the racing threads, and at nice 19 beside other
+/// tests' spinning threads a round mostly waits for a CPU. The races are between the
+/// arming threads and the run, whatever the worker's priority.
+fn racing_sched() -> Scheduler {
+    Scheduler::builder()
+        .priority(nicework::Priority::Normal)
+        .build()
+        .unwrap()
 }
