@@ -7,8 +7,9 @@
 //! set, so a downstream crate that sets `--cfg loom` for its own models does not get a loom
 //! build of nicework by accident (the sharded-slab rule).
 //!
-//! `Arc` is always `std`'s: works are stored as `Arc<WorkInner<dyn Callback>>`, and loom's `Arc` cannot
-//! be coerced to a trait object on stable Rust. The shared state inside is loom-tracked.
+//! `Arc` is always `std`'s (loom's cannot be coerced to a trait object on stable Rust), and
+//! so are the atomics of a work's reference count (`WorkRef`), which play `Arc`'s part for
+//! works. The shared state inside both is loom-tracked.
 
 #[cfg(all(loom, feature = "loom"))]
 mod imp {

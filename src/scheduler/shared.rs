@@ -428,14 +428,14 @@ impl Shared {
         // placed later than the live one, so keeping it never delays the work.
         let mut kept = HashSet::new();
         core.timers.retain(|entry| {
-            let header = entry.work().header();
+            let header = entry.header();
             loop {
                 let state = header.state.load();
                 if !state.is_live_entry(entry.epoch()) {
                     return false;
                 }
                 if state.has(PENDING) {
-                    return kept.insert(entry.work().address());
+                    return kept.insert(entry.address());
                 }
                 // Live but disarmed (cancelled): drop it, and with it the claim.
                 if header.state.cas(state, state.without(QUEUED)) {
@@ -449,9 +449,9 @@ impl Shared {
     pub(super) fn count_armed(&self, core: &Core) -> usize {
         let mut armed = HashSet::new();
         core.timers.for_each(|entry| {
-            let state = entry.work().header().state.load();
+            let state = entry.header().state.load();
             if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
-                armed.insert(entry.work().address());
+                armed.insert(entry.address());
             }
         });
         armed.len()
@@ -585,7 +585,6 @@ impl Shared {
         let mut ended = Vec::new();
         for entry in &entries {
             let (old, _) = entry
-                .work()
                 .header()
                 .state
                 .update(|state| {

@@ -69,7 +69,7 @@ impl Frame {
     /// A frame for `work`, whose callback is about to run on this thread.
     pub(crate) fn running(work: &WorkRef) -> Frame {
         Frame {
-            works: Works::One(std::sync::Arc::as_ptr(work)),
+            works: Works::One(work.inner()),
             outer: Cell::new(ptr::null()),
         }
     }
@@ -169,7 +169,7 @@ pub(crate) fn snapshot() -> Vec<RunningWork> {
 
 /// The address that identifies a work: its work's data pointer.
 pub(crate) fn address(work: &WorkRef) -> usize {
-    std::sync::Arc::as_ptr(work) as *const () as usize
+    work.address()
 }
 
 fn address_of(work: RunningWork) -> usize {

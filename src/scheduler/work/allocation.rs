@@ -24,7 +24,8 @@
 //! plus one word. A custom name lives in the [name table](crate::scheduler::work::names).
 
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, fence};
 
 use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{CLOSURE_DROPPED, NAMED, StateCell, TIMEOUT};
@@ -35,6 +36,11 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 /// Each field is `A:` (see the [`scheduler`](crate::scheduler) module's legend of guard
 /// tags).
 pub(crate) struct Header {
+    /// I: turns a pointer to this header into one to the whole allocation, whose closure
+    /// type only this function knows (a [`WorkRef`] is one word; see "References").
+    widen: unsafe fn(NonNull<Header>) -> NonNull<WorkInner<dyn Callback>>,
+    /// A: the number of [`WorkRef`]s (the allocation's owners); there is no weak count.
+    refs: AtomicU32,
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: StateCell,
     /// A: for a timeout work, the time of its latest `touch()` (scheduler ns, raised with
@@ -46,8 +52,23 @@ pub(crate) struct Header {
 }
 
 impl Header {
-    pub(crate) fn new(state: u64, period_ns: u64) -> Self {
+    /// The whole allocation that `this` heads.
+    ///
+    /// # Safety
+    ///
+    /// `this` points to the header of a work that stays alive for `'a`.
+    #[inline]
+    pub(crate) unsafe fn work<'a>(this: NonNull<Header>) -> &'a WorkInner<dyn Callback> {
+        // SAFETY: the header is alive (the caller's promise), and its `widen` is the one
+        // for its allocation's closure type.
+        unsafe { (this.as_ref().widen)(this).as_ref() }
+    }
+
+    /// A header for a work whose closure is a `C`, with one reference.
+    fn new<C: Callback>(state: u64, period_ns: u64) -> Self {
         Header {
+            widen: widen::<C>,
+            refs: AtomicU32::new(1),
             state: StateCell::new(state),
             period_or_touch: AtomicU64::new(period_ns),
             stats: StatsCounters::new(),
@@ -88,29 +109,158 @@ pub(crate) trait Callback: Send + Sync + 'static {
     unsafe fn drop_closure(&self);
 }
 
-/// A counted reference to a work, as the scheduler's paths share it.
-pub(crate) type WorkRef = Arc<WorkInner<dyn Callback>>;
+/// [`Header::widen`] for a closure of type `C`.
+///
+/// # Safety
+///
+/// `header` points to the header of a live `WorkInner<C>`.
+unsafe fn widen<C: Callback>(header: NonNull<Header>) -> NonNull<WorkInner<dyn Callback>> {
+    // `WorkInner` is `repr(C)` with the header first, so the header's address is the
+    // allocation's.
+    header.cast::<WorkInner<C>>()
+}
+
+/// The most references a work may have; a clone beyond it aborts, as `Arc`'s does.
+/// Works have a handful (a handle, a timer entry or two, a run, a waiter each).
+const MAX_REFS: u32 = u32::MAX / 2;
+
+/// A counted reference to a work, as the scheduler's paths share it: one word, where an
+/// `Arc<WorkInner<dyn Callback>>` is two (see "References" in the module docs).
+pub(crate) struct WorkRef {
+    header: NonNull<Header>,
+}
+
+// SAFETY: a `WorkRef` shares a `WorkInner<dyn Callback>`, which is `Send + Sync` (its
+// header is atomics, and `Callback: Send + Sync`), exactly as `Arc` would.
+unsafe impl Send for WorkRef {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for WorkRef {}
+
+impl WorkRef {
+    /// Allocates a work whose closure is `callback`: the first reference.
+    pub(crate) fn new<C: Callback>(state: u64, period_ns: u64, callback: C) -> WorkRef {
+        let inner = Box::new(WorkInner {
+            header: Header::new::<C>(state, period_ns),
+            callback,
+        });
+        WorkRef {
+            header: NonNull::from(Box::leak(inner)).cast::<Header>(),
+        }
+    }
+
+    /// The header: read in place, without widening.
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: this reference keeps the allocation alive.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// The whole allocation, closure included.
+    #[inline]
+    pub(crate) fn inner(&self) -> &WorkInner<dyn Callback> {
+        // SAFETY: this reference keeps the allocation alive for the borrow.
+        unsafe { Header::work(self.header) }
+    }
+
+    /// The address that identifies the work (in the name table, the wait graph and the
+    /// lending bookkeeping): its allocation's.
+    #[inline]
+    pub(crate) fn address(&self) -> usize {
+        self.header.as_ptr().addr()
+    }
+
+    /// The period: a timeout work's idle duration, else the period word.
+    pub(crate) fn period_ns(&self) -> u64 {
+        if self.header().state.load().has(TIMEOUT) {
+            self.inner().period_ns()
+        } else {
+            self.header().period_or_touch.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Gives up this reference as a pointer to the header, for [`from_raw`](Self::from_raw).
+    pub(crate) fn into_raw(self) -> NonNull<Header> {
+        let header = self.header;
+        std::mem::forget(self);
+        header
+    }
+
+    /// Takes back a reference given up with [`into_raw`](Self::into_raw).
+    ///
+    /// # Safety
+    ///
+    /// `header` came from `into_raw`, and that reference has not been taken back yet.
+    pub(crate) unsafe fn from_raw(header: NonNull<Header>) -> WorkRef {
+        WorkRef { header }
+    }
+
+    /// Another reference to the work behind a header pointer.
+    ///
+    /// # Safety
+    ///
+    /// `header` points to a work that some reference keeps alive for the whole call.
+    pub(crate) unsafe fn clone_from_raw(header: NonNull<Header>) -> WorkRef {
+        // SAFETY: forwarded from the caller; the clone adds its own count.
+        let borrowed = std::mem::ManuallyDrop::new(unsafe { WorkRef::from_raw(header) });
+        (*borrowed).clone()
+    }
+}
+
+impl Clone for WorkRef {
+    #[inline]
+    fn clone(&self) -> WorkRef {
+        // Relaxed, as `Arc::clone`: a new reference is made from an existing one, which
+        // keeps the allocation alive meanwhile; no access is ordered by the count.
+        let old = self.header().refs.fetch_add(1, Ordering::Relaxed);
+        if old > MAX_REFS {
+            std::process::abort();
+        }
+        WorkRef {
+            header: self.header,
+        }
+    }
+}
+
+impl Drop for WorkRef {
+    #[inline]
+    fn drop(&mut self) {
+        // Release, then an acquire fence before the free, as `Arc`'s drop: every use of
+        // the work through another reference happens before the allocation goes.
+        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: this was the last reference, so nothing else reaches the allocation;
+        // it came from `Box::leak` in `new`, and the widened pointer carries the closure
+        // type's layout and destructor.
+        drop(unsafe { Box::from_raw((self.header().widen)(self.header).as_ptr()) });
+    }
+}
+
+impl std::ops::Deref for WorkRef {
+    type Target = WorkInner<dyn Callback>;
+
+    fn deref(&self) -> &WorkInner<dyn Callback> {
+        self.inner()
+    }
+}
+
+impl std::fmt::Debug for WorkRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner().fmt(f)
+    }
+}
 
 /// A work's allocation: the header every thread may read, then the closure. Generic over
-/// the closure so that it can be unsized to `WorkInner<dyn Callback>`.
+/// the closure so that a pointer to it can be unsized to `WorkInner<dyn Callback>`;
+/// `repr(C)` puts the header first, at the allocation's address.
+#[repr(C)]
 pub(crate) struct WorkInner<C: ?Sized> {
     pub(crate) header: Header,
     callback: C,
 }
 
-impl<C: Callback> WorkInner<C> {
-    pub(crate) fn new(header: Header, callback: C) -> Self {
-        WorkInner { header, callback }
-    }
-}
-
 impl WorkInner<dyn Callback> {
-    /// The header: a plain field, reached without a virtual call.
-    #[inline]
-    pub(crate) fn header(&self) -> &Header {
-        &self.header
-    }
-
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
         if self.header.state.load().has(NAMED) {

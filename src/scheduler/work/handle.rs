@@ -5,13 +5,11 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Ctx, Header, Next, WorkStats};
+use super::{Ctx, Next, WorkStats};
 
 use crate::Scheduler;
 use crate::scheduler::shared::Shared;
-use crate::scheduler::work::allocation::{
-    Callback, Closure, OnceClosure, TimeoutClosure, WorkInner, WorkRef,
-};
+use crate::scheduler::work::allocation::{Callback, Closure, OnceClosure, TimeoutClosure, WorkRef};
 use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::run::drop_contained;
 use crate::scheduler::work::state::{
@@ -126,7 +124,7 @@ impl Work {
         flags: u64,
         period_word: u64,
     ) -> Work {
-        let work: WorkRef = Arc::new(WorkInner::new(Header::new(flags, period_word), callback));
+        let work = WorkRef::new(flags, period_word, callback);
         Work {
             inner: ManuallyDrop::new(work),
             shared: scheduler.shared().clone(),

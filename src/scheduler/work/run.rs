@@ -66,8 +66,7 @@ impl Shared {
     /// Judges `entry` at `now` (units). Clears `QUEUED` when the live entry goes stale,
     /// and sets `FIRING` before reading a timeout work's touch stamp.
     fn classify(&self, entry: &Entry, now: u64) -> Class {
-        let work = entry.work();
-        let header = work.header();
+        let header = entry.header();
         loop {
             let mut state = header.state.load();
             if !state.is_live_entry(entry.epoch()) {
@@ -89,7 +88,7 @@ impl Shared {
                     state.set(FIRING);
                 }
                 stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
-                due = due.max(self.touch_due(stamp, work.period_ns()));
+                due = due.max(self.touch_due(stamp, entry.work().period_ns()));
             }
             if due > now {
                 return Class::Wait(due);
@@ -146,14 +145,14 @@ impl Shared {
                         core.timers.insert(entry, due, now);
                         break;
                     }
-                    Class::Due(_, due, _) if skip(entry.work().address()) => {
+                    Class::Due(_, due, _) if skip(entry.address()) => {
                         core.timers.defer(entry, due);
                         break;
                     }
                     Class::Due(state, due, touch_stamp) => {
                         let mut running = state;
                         running.start_run();
-                        if !entry.work().header().state.cas(state, running) {
+                        if !entry.header().state.cas(state, running) {
                             continue;
                         }
                         return Some(Taken {
