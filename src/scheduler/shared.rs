@@ -14,6 +14,7 @@ use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
 use crate::scheduler::work::entry::Entry;
+use crate::scheduler::work::registry::Registry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
@@ -171,6 +172,8 @@ pub(crate) struct Shared {
     /// locked arm that moves it earlier lowers it (`kick`), a lock-free arm only moves a
     /// deadline later, and `run_due` recomputes it.
     pub(super) host_wake_ns: AtomicU64,
+    /// T: the live works, for `Scheduler::works` (see `registry`).
+    pub(crate) registry: std::sync::Mutex<Registry>,
     /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
@@ -222,6 +225,7 @@ impl Shared {
             wakeups,
             touch_tick: TouchTick::new(0),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
+            registry: std::sync::Mutex::new(Registry::new()),
             fork_generation: crate::fork::generation(),
         }
     }
@@ -617,7 +621,7 @@ impl Shared {
         drop(core);
         // Closures are user code: dropped outside the lock, contained.
         for work in ended {
-            crate::scheduler::work::run::drop_contained(&work);
+            crate::scheduler::work::run::drop_contained(self, &work);
         }
         // Every remaining closure was dropped or is kept by its handle, so dropping the
         // entries runs no user code.

@@ -6,6 +6,7 @@
 //! it counts, so the counts never overlap. The idle test holds it only while it makes and
 //! frees its objects, and sleeps its 30 s beside the others.
 //! - `idle_objects`: 10,000 idle objects cost no runs and no wakeups for 30 s.
+//! - `listing_memory`: the registry of live works gives its slots back as works go.
 //! - `percid_dropped_storage`: creating and dropping `PerCid`s or spaces does not grow
 //!   the heap.
 //! - `percid_shapes`: `PerCid`'s memory follows the live concurrency in other shapes.
@@ -30,6 +31,7 @@ static ALLOCATOR: counting::Counting = counting::Counting;
 
 // libtest starts tests in name order: `idle_objects` comes first, so its 30 s begin at once.
 mod idle_objects;
+mod listing_memory;
 mod percid_dropped_storage;
 mod percid_shapes;
 mod percid_shrink;

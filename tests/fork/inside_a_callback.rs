@@ -56,6 +56,8 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
             while !stop.load(Ordering::Relaxed) {
                 work.reschedule(Duration::from_secs(60));
                 work.cancel();
+                // And the registry's lock, which making and dropping a work takes.
+                drop(sched.work(|_| Next::Park));
             }
         })
     };
@@ -76,6 +78,12 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
                 sched.metrics().armed == 0,
                 sched.advance(Duration::from_secs(1)) == 0,
                 sched.run_chunked(0..100, 1, |_| Ok::<(), ()>(())).is_ok(),
+                {
+                    // The parent's works are not listed in the inert copy.
+                    let mut listed = 0;
+                    sched.works(|_| listed += 1);
+                    listed == 0
+                },
             ];
             busy.touch();
             busy.enable();
@@ -91,6 +99,9 @@ fn a_forked_child_can_use_every_call_while_another_thread_hammered_the_lock() {
             });
             child_work.schedule(Duration::ZERO);
             let fresh_ran = rx.recv_timeout(Duration::from_secs(10)).is_ok();
+            let mut fresh_listed = 0;
+            fresh.works(|_| fresh_listed += 1);
+            let fresh_ran = fresh_ran && fresh_listed == 1;
             drop(child_work);
             drop(fresh);
             let global_ok = {

@@ -13,6 +13,8 @@
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
+//! - `listing`: `Scheduler::works` lists every live work and only those, against
+//!   creation, drop, poison, detach and `once` from other threads.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `lone_runs`: Far deadlines through a hosted driver, arms made while a lone run holds
@@ -49,6 +51,7 @@ mod containment_levels;
 mod detach;
 mod faults;
 mod flush_scope;
+mod listing;
 mod lock_free_arming;
 mod lone_runs;
 mod manual;

@@ -85,7 +85,7 @@ impl Shared {
                 drop(core);
                 wait.was_pending = was_pending;
                 if drop_closure {
-                    drop_contained(work);
+                    drop_contained(self, work);
                 }
             }
             CancelStart::Refused { was_pending, cycle } => {
@@ -144,7 +144,7 @@ impl CancelWait {
         shared.end_cancel_wait(&mut core, &work, released);
         drop(core);
         if over && released {
-            drop_contained(&work);
+            drop_contained(shared, &work);
         }
     }
 }

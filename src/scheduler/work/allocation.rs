@@ -27,6 +27,7 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, fence};
 
+use super::registry::NOT_LISTED;
 use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{CLOSURE_DROPPED, NAMED, StateCell, TIMEOUT};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
@@ -41,6 +42,9 @@ pub(crate) struct Header {
     widen: unsafe fn(NonNull<Header>) -> NonNull<WorkInner<dyn Callback>>,
     /// A: the number of [`WorkRef`]s (the allocation's owners); there is no weak count.
     refs: AtomicU32,
+    /// T (the scheduler's registry lock for writes; relaxed reads may be stale): the
+    /// work's slot in the registry of live works, or `NOT_LISTED` (see `registry`).
+    registry_key: AtomicU32,
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: StateCell,
     /// A: for a timeout work, the time of its latest `touch()` (scheduler ns, raised with
@@ -64,11 +68,22 @@ impl Header {
         unsafe { (this.as_ref().widen)(this).as_ref() }
     }
 
+    /// The work's slot in the registry (see `registry`).
+    pub(crate) fn registry_key(&self) -> u32 {
+        self.registry_key.load(Ordering::Relaxed)
+    }
+
+    /// Sets the slot; under the registry lock.
+    pub(crate) fn set_registry_key(&self, key: u32) {
+        self.registry_key.store(key, Ordering::Relaxed);
+    }
+
     /// A header for a work whose closure is a `C`, with one reference.
     fn new<C: Callback>(state: u64, period_ns: u64) -> Self {
         Header {
             widen: widen::<C>,
             refs: AtomicU32::new(1),
+            registry_key: AtomicU32::new(NOT_LISTED),
             state: StateCell::new(state),
             period_or_touch: AtomicU64::new(period_ns),
             stats: StatsCounters::new(),
@@ -153,6 +168,11 @@ impl WorkRef {
     pub(crate) fn header(&self) -> &Header {
         // SAFETY: this reference keeps the allocation alive.
         unsafe { self.header.as_ref() }
+    }
+
+    /// The header's address, with the allocation's provenance.
+    pub(crate) fn header_ptr(&self) -> NonNull<Header> {
+        self.header
     }
 
     /// The whole allocation, closure included.
@@ -352,6 +372,11 @@ impl<C: ?Sized> Drop for WorkInner<C> {
         debug_assert!(
             state.has(CLOSURE_DROPPED),
             "a work's allocation was freed with its closure still alive"
+        );
+        debug_assert_eq!(
+            self.header.registry_key(),
+            NOT_LISTED,
+            "a work's allocation was freed while listed"
         );
     }
 }

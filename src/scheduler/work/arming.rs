@@ -184,6 +184,11 @@ impl Shared {
         Some(crate::scheduler::work::state::units_to_ns(due))
     }
 
+    /// [`deadline_ns`](Self::deadline_ns) as an `Instant`: what `Work::deadline` shows.
+    pub(crate) fn deadline_of(&self, work: &WorkRef) -> Option<std::time::Instant> {
+        self.deadline_ns(work).map(|ns| self.instant_at(ns))
+    }
+
     /// Gives up the handle: the work lives on until its callback returns `Stop` or
     /// `Park`, panics, or the scheduler shuts down. Returns whether the caller must drop
     /// the closure now (the work cannot run again).

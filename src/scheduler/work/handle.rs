@@ -125,6 +125,7 @@ impl Work {
         period_word: u64,
     ) -> Work {
         let work = WorkRef::new(flags, period_word, callback);
+        scheduler.shared().register(&work);
         Work {
             inner: ManuallyDrop::new(work),
             shared: scheduler.shared().clone(),
@@ -246,9 +247,7 @@ impl Work {
     /// assert_eq!(work.deadline(), Some(sched.now() + Duration::from_millis(250)));
     /// ```
     pub fn deadline(&self) -> Option<Instant> {
-        self.shared
-            .deadline_ns(&self.inner)
-            .map(|ns| self.shared.instant_at(ns))
+        self.shared.deadline_of(&self.inner)
     }
 
     /// Fire-and-forget: gives up the handle and lets the work live on until its callback
@@ -292,7 +291,7 @@ impl Work {
     pub fn detach(self) {
         let mut this = ManuallyDrop::new(self);
         if this.shared.detach(&this.inner) {
-            drop_contained(&this.inner);
+            drop_contained(&this.shared, &this.inner);
         }
         // SAFETY: `this` is never used again and never dropped (it is a `ManuallyDrop`),
         // so each field is taken exactly once; the reference we drop is not the last
@@ -522,10 +521,7 @@ impl Work {
 
     /// A snapshot of its statistics.
     pub fn stats(&self) -> WorkStats {
-        self.inner
-            .header()
-            .stats
-            .snapshot(|ns| self.shared.instant_at(ns))
+        self.shared.stats_of(&self.inner)
     }
 
     /// Gives the work a name for tracing spans, panic events and [`Ctx::name`].
@@ -561,7 +557,7 @@ impl Work {
             .shared
             .cancel_and_wait(&self.inner, Release::DropAndWait);
         if drop_closure {
-            drop_contained(&self.inner);
+            drop_contained(&self.shared, &self.inner);
         }
         // The handle's own drop finds the work released already and does nothing more.
     }
@@ -572,7 +568,7 @@ impl Drop for Work {
         if self.shared.release(&self.inner) {
             // The closure's destructor is user code, and a panic in it must not escape
             // into the caller's `drop`.
-            drop_contained(&self.inner);
+            drop_contained(&self.shared, &self.inner);
         }
         // Not the last reference to a live closure: it is dropped, or a runner owns its
         // end. SAFETY: `self.inner` is not used again: this is the handle's destructor.

@@ -356,7 +356,7 @@ impl Shared {
         if state.has(ORPHANED) {
             // The handle is gone and left the closure to us; its destructor is user
             // code, so it runs after the lock is released.
-            drop_contained(&work);
+            drop_contained(self, &work);
         }
         drop(work);
     }
@@ -442,8 +442,10 @@ pub(crate) fn leave_forked_child<T>(value: T) -> T {
     }
 }
 
-/// Drops a work's closure at the end of its life; its destructor is user code.
-pub(crate) fn drop_contained(work: &WorkRef) {
+/// Ends a work's life: unlists it from `shared`'s live works (see `registry`), then drops
+/// its closure, whose destructor is user code.
+pub(crate) fn drop_contained(shared: &Shared, work: &WorkRef) {
+    shared.unregister(work);
     contain("a work's closure panicked while being dropped", || {
         // SAFETY: the caller ends the work's life: the handle is gone or going, no run is
         // in progress and none can start (`ORPHANED` refuses every arm).

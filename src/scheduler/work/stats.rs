@@ -12,6 +12,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::WorkRef;
+use crate::scheduler::shared::Shared;
 use crate::sync::{AtomicU64, Ordering};
 
 /// A snapshot of a work's statistics, from [`Work::stats`](crate::Work::stats).
@@ -197,5 +199,12 @@ mod tests {
         for pair in values.windows(2) {
             assert!(Approx::encode(pair[0]) <= Approx::encode(pair[1]));
         }
+    }
+}
+
+impl Shared {
+    /// A snapshot of `work`'s statistics: what `Work::stats` shows.
+    pub(crate) fn stats_of(&self, work: &WorkRef) -> WorkStats {
+        work.header().stats.snapshot(|ns| self.instant_at(ns))
     }
 }
