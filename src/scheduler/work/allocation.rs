@@ -1,10 +1,20 @@
-//! The heap half of a work: its header (state, period, statistics) and its closure.
+//! The heap half of a work: its header (state, period, statistics) and its closure, and
+//! [`WorkRef`], the counted reference every path shares it through.
 //!
-//! One `Arc<WorkInner<Closure<F>>>` is allocated per work and shared, unsized to a
-//! [`WorkRef`] (`Arc<WorkInner<dyn Callback>>`), by the owning [`Work`](crate::Work)
-//! handle, its timer entries, and the thread running it. The header is a plain field in
-//! front of the unsized closure, so every path reaches it without a virtual call; only
-//! calling (or dropping) the closure goes through the vtable.
+//! One `WorkInner<C>` is allocated per work, `C` its closure type, and shared by the
+//! owning [`Work`](crate::Work) handle, its timer entries, and the thread running it.
+//! The header is a plain field in front of the closure, so every path reaches it without
+//! a virtual call; only calling (or dropping) the closure goes through the vtable.
+//!
+//! # References
+//!
+//! A [`WorkRef`] is one word: a pointer to the header, which `repr(C)` puts at the
+//! allocation's address. The header's `widen` field, written once at creation, turns that
+//! pointer back into a `WorkInner<dyn Callback>` for the paths that need the closure; the
+//! rest read the header in place. Its count plays `Arc`'s strong count (relaxed clones,
+//! a release decrement and an acquire fence before the free); there is no weak count,
+//! since nothing needs one. So a timer entry, which is such a pointer tagged with an
+//! epoch, is one word where a tagged `Arc<dyn Callback>` would be two.
 //!
 //! # The closure's life
 //!
@@ -12,16 +22,19 @@
 //! `RUNNING` in the state word may call it, which is what makes the `unsafe impl Sync` on
 //! [`Closure`] sound. It is dropped *explicitly*, by whoever ends the work's life: the
 //! handle's drop once no run is in progress, or the runner of a run that was in progress
-//! when the handle went (`ORPHANED`). That sets `CLOSURE_DROPPED`. The allocation itself
-//! is freed by the last `Arc`, which may be a stale timer entry dropped under the core
-//! lock: that drop runs no user code, because the closure is gone by then.
+//! when the handle went (`ORPHANED`). That sets `CLOSURE_DROPPED`, after unlisting the work
+//! from the [registry](crate::scheduler::work::registry) of live works. The allocation
+//! itself is freed by the last `WorkRef`, which may be a stale timer entry dropped under
+//! the core lock: that drop runs no user code, because the closure is gone by then.
 //!
 //! # Size
 //!
-//! Arc counts (16 B) + state (8) + period (8) + five statistics words (40) = 72 B before
-//! the closure's captures; a timeout work adds its idle duration (8). An armed work adds
-//! its timer entry (16 B), so it stays within the kernel's 88-byte `struct delayed_work`
-//! plus one word. A custom name lives in the [name table](crate::scheduler::work::names).
+//! The widening pointer (8 B) + the count and the registry slot (4 + 4) + state (8) +
+//! period (8) + five statistics words (40) = 72 B before the closure's captures; a timeout
+//! work adds its idle duration (8), and the registry holds one word per work (8–16 B
+//! with its vector's growth). An armed work adds its timer entry (8 B), so it stays within
+//! the kernel's 88-byte `struct delayed_work` plus one word. A custom name lives in the
+//! [name table](crate::scheduler::work::names).
 
 use std::mem::ManuallyDrop;
 use std::ptr::NonNull;

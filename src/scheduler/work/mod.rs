@@ -2,7 +2,8 @@
 //!
 //! - [`handle`]: [`Work`], the owning handle, and what each call promises.
 //! - [`allocation`]: the heap half of a work: its [`Header`] (state word, period, stats)
-//!   and its closure, and who may call or drop the closure.
+//!   and its closure, who may call or drop the closure, and [`WorkRef`], the one-word
+//!   counted reference every path shares a work through.
 //! - [`state`]: the state word, its flags, and the ground rules of its transitions.
 //! - [`arming`]: `schedule`, `reschedule`, `schedule_within`, a periodic work's
 //!   `touch`, `detach`: lock-free where the live timer entry serves, else under the lock.
@@ -18,6 +19,7 @@
 //! - [`stats`]: per-work statistics.
 //! - [`ctx`]: [`Ctx`] and [`Next`], what a callback sees and returns.
 //! - [`names`]: the table of custom names.
+//! - [`registry`]: the list of a scheduler's live works, for `Scheduler::works`.
 //! - [`object`]: per-object works (`work_for`, `every_for`, `timeout_for`).
 //!
 //! # The state machine
@@ -59,7 +61,7 @@
 //!   made before it: the touch is never lost to a run that missed its data. A timeout
 //!   work's touch and the worker's decision to run it are ordered the same way (see
 //!   `Shared::touch_timeout`).
-//! - References: the owning handle holds one `Arc`, the running thread one while it
+//! - References: the owning handle holds one `WorkRef`, the running thread one while it
 //!   runs, and each timer entry one ([`entry`]), so the header outlives every entry. The
 //!   closure's life is separate (see [`allocation`]): the handle's drop disarms, waits until no
 //!   run is in progress and drops the closure. Where that wait could never end (the run

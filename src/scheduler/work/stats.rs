@@ -171,6 +171,13 @@ impl Approx {
     }
 }
 
+impl Shared {
+    /// A snapshot of `work`'s statistics: what `Work::stats` shows.
+    pub(crate) fn stats_of(&self, work: &WorkRef) -> WorkStats {
+        work.header().stats.snapshot(|ns| self.instant_at(ns))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Approx;
@@ -199,12 +206,5 @@ mod tests {
         for pair in values.windows(2) {
             assert!(Approx::encode(pair[0]) <= Approx::encode(pair[1]));
         }
-    }
-}
-
-impl Shared {
-    /// A snapshot of `work`'s statistics: what `Work::stats` shows.
-    pub(crate) fn stats_of(&self, work: &WorkRef) -> WorkStats {
-        work.header().stats.snapshot(|ns| self.instant_at(ns))
     }
 }
