@@ -9,7 +9,7 @@ mod common;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{per_op, per_op_threads};
 use nicework::{Next, Scheduler, Work};
@@ -418,6 +418,54 @@ fn drop_stall() {
     );
 }
 
+/// `Scheduler::works` over 100k live works (half of them armed), per work, against the
+/// exporter's alternative: a list of its own handles, read through each handle.
+fn listing() {
+    const N: usize = 100_000;
+    let sched = Scheduler::new().unwrap();
+    let works: Vec<Work> = (0..N)
+        .map(|i| {
+            let work = sched.work(|_| Next::Park).named(format!("work-{}", i % 64));
+            if i % 2 == 0 {
+                work.schedule(Duration::from_secs(3600));
+            }
+            work
+        })
+        .collect();
+    let per_work = |f: &mut dyn FnMut() -> usize| {
+        common::median(
+            (0..common::rounds())
+                .map(|_| {
+                    let start = Instant::now();
+                    let seen = black_box(f());
+                    assert_eq!(seen, N);
+                    start.elapsed().as_nanos() as f64 / N as f64
+                })
+                .collect(),
+        )
+    };
+    let listed = per_work(&mut || {
+        let mut seen = 0;
+        sched.works(|w| {
+            black_box((w.name.len(), w.stats.runs, w.deadline, w.running));
+            seen += 1;
+        });
+        seen
+    });
+    let own_list = per_work(&mut || {
+        let mut seen = 0;
+        for w in &works {
+            black_box((w.name().len(), w.stats().runs, w.deadline(), w.is_running()));
+            seen += 1;
+        }
+        seen
+    });
+    println!(
+        "works(), 100k live works       {listed:6.1} ns per work   the exporter's own Vec<Work> read by handle {own_list:6.1} ns ({:.2}x)   (time in proportion to the works)",
+        listed / own_list
+    );
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -426,7 +474,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-') && a != "quick")
         .collect();
-    let benches: [(&str, fn()); 11] = [
+    let benches: [(&str, fn()); 12] = [
         ("touch", touch_armed),
         ("timeout", touch_timeout),
         ("rearm", rearm_pair),
@@ -438,6 +486,7 @@ fn main() {
         ("tick", tick_wakeups),
         ("hosted", hosted_driver),
         ("stall", drop_stall),
+        ("listing", listing),
     ];
     for (name, bench) in benches {
         if only.is_empty() || only.iter().any(|o| name.contains(o.as_str())) {
