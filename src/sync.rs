@@ -15,7 +15,7 @@
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use loom::thread_local;
@@ -24,7 +24,7 @@ mod imp {
 #[cfg(not(all(loom, feature = "loom")))]
 mod imp {
     pub(crate) use std::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread_local;

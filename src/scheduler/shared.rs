@@ -174,6 +174,10 @@ pub(crate) struct Shared {
     pub(super) host_wake_ns: AtomicU64,
     /// T: the live works, for `Scheduler::works` (see `registry`).
     pub(crate) registry: std::sync::Mutex<Registry>,
+    /// A (loom models only): this manual scheduler stamps long timeouts with ticks, on its
+    /// virtual clock (see `hooks::stamp_with_ticks_for_loom`).
+    #[cfg(all(loom, feature = "loom"))]
+    pub(crate) manual_ticks: std::sync::atomic::AtomicBool,
     /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
@@ -226,6 +230,8 @@ impl Shared {
             touch_tick: TouchTick::new(0),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             registry: std::sync::Mutex::new(Registry::new()),
+            #[cfg(all(loom, feature = "loom"))]
+            manual_ticks: std::sync::atomic::AtomicBool::new(false),
             fork_generation: crate::fork::generation(),
         }
     }
@@ -299,8 +305,9 @@ impl Shared {
     /// it stamps with the full clock.
     pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
         // Not in a forked child: the tick's lock may be held by a thread that is gone.
-        let ticks =
-            !self.clock.is_manual() && idle_ns >= TICK_MIN_IDLE_NS && !self.is_forked_copy();
+        let ticks = (!self.clock.is_manual() || self.manual_ticks())
+            && idle_ns >= TICK_MIN_IDLE_NS
+            && !self.is_forked_copy();
         if ticks {
             let now = self.now_ns();
             if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
@@ -314,6 +321,25 @@ impl Shared {
             }
         }
         ticks
+    }
+
+    /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
+    /// that ask for it, so they can drive the tick on the virtual clock.
+    fn manual_ticks(&self) -> bool {
+        #[cfg(all(loom, feature = "loom"))]
+        return self.manual_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(all(loom, feature = "loom")))]
+        false
+    }
+
+    /// The clock the touch tick records its times with: the real clock, read in full, or
+    /// the virtual one of a manual scheduler that stamps with ticks (loom models).
+    pub(crate) fn tick_clock_ns(&self) -> u64 {
+        if self.clock.is_manual() {
+            self.virtual_now_ns.load(Ordering::SeqCst)
+        } else {
+            self.clock.real_now_ns()
+        }
     }
 
     /// The next time the structure or the touch tick must be looked at (ns).

@@ -174,8 +174,7 @@ impl Shared {
     /// by the run's completion (see `touch_tick`).
     pub(crate) fn taking_timeout_run(&self, stamp: u64) {
         if stamp & PRECISE_TOUCH == 0 {
-            self.touch_tick
-                .move_past(stamp, || self.clock.real_now_ns());
+            self.touch_tick.move_past(stamp, || self.tick_clock_ns());
         }
     }
 
@@ -190,7 +189,7 @@ impl Shared {
             clock_stamp
         } else {
             self.touch_tick
-                .upper_time_ns(stamp, || self.clock.real_now_ns())
+                .upper_time_ns(stamp, || self.tick_clock_ns())
         };
         units_ceil(touched.saturating_add(idle_ns))
     }

@@ -45,14 +45,15 @@
 //! Only real schedulers (threaded and hosted) stamp with ticks, and only for idles of at
 //! least [`TICK_MIN_IDLE_NS`]; shorter idles and manual schedulers (whose virtual clock
 //! is one load anyway, and whose tests expect exact times) stamp with the full clock.
+//! Loom models may make a manual scheduler stamp with ticks on its virtual clock
+//! (`hooks::stamp_with_ticks_for_loom`): the tick's atomics and lock are the `sync`
+//! module's, so the models explore touches against refreshes and decisions.
 //!
 //! Lock order: the core lock, then this module's own (`T`), which guards the history.
 //! Every change of the refresher's schedule (`wake`, `refresh`) runs under the core lock,
 //! so the `parked` flag its readers check first never disagrees with it there.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-
-use crate::sync::lock_std;
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
 
 /// The shortest idle stamped with ticks: its refresher then runs at most 16 times a
 /// second while it is touched.
@@ -78,7 +79,7 @@ pub(crate) struct TouchTick {
     /// A: no refresh is scheduled; a touch that stores a new stamp schedules one.
     parked: AtomicBool,
     /// T: the history and the refresher's schedule.
-    state: std::sync::Mutex<TickState>,
+    state: Mutex<TickState>,
 }
 
 #[derive(Debug)]
@@ -139,7 +140,7 @@ impl TouchTick {
             current: AtomicU64::new(1),
             touched: AtomicBool::new(false),
             parked: AtomicBool::new(true),
-            state: std::sync::Mutex::new(TickState {
+            state: Mutex::new(TickState {
                 times: Vec::new(),
                 interval_ns: u64::MAX,
                 next_refresh_ns: None,
@@ -152,7 +153,7 @@ impl TouchTick {
     /// needs. Returns the refresher's new time if a refresh scheduled for a longer idle
     /// moved earlier, for the caller to wake a worker (or the host) for.
     pub(crate) fn register_idle(&self, idle_ns: u64, now_ns: u64) -> Option<u64> {
-        let mut state = lock_std(&self.state);
+        let mut state = lock(&self.state);
         state.interval_ns = state.interval_ns.min((idle_ns / IDLE_PARTS).max(1));
         let sooner = now_ns.saturating_add(state.interval_ns);
         let moved = match state.next_refresh_ns {
@@ -193,7 +194,7 @@ impl TouchTick {
     /// Schedules the refresher if it is parked; returns when it runs, for the caller to
     /// wake a worker (or the host) for.
     pub(crate) fn wake(&self, now_ns: u64) -> Option<u64> {
-        let mut state = lock_std(&self.state);
+        let mut state = lock(&self.state);
         if state.next_refresh_ns.is_some() || state.interval_ns == u64::MAX {
             return None;
         }
@@ -211,7 +212,7 @@ impl TouchTick {
         if self.parked.load(Ordering::Relaxed) {
             return None;
         }
-        lock_std(&self.state).next_refresh_ns
+        lock(&self.state).next_refresh_ns
     }
 
     /// Runs the refresher if it is due at `now_ns`: publishes the next tick, and parks
@@ -221,7 +222,7 @@ impl TouchTick {
         if self.parked.load(Ordering::Relaxed) {
             return; // the schedule only changes under the core lock, which the caller holds
         }
-        let mut state = lock_std(&self.state);
+        let mut state = lock(&self.state);
         let Some(at) = state.next_refresh_ns else {
             return;
         };
@@ -248,7 +249,7 @@ impl TouchTick {
     /// published, publishing it first if `stamp` is the current tick, so the bound of a
     /// stamp never moves once a decision has used it.
     pub(crate) fn upper_time_ns(&self, stamp: u64, now: impl Fn() -> u64) -> u64 {
-        let mut state = lock_std(&self.state);
+        let mut state = lock(&self.state);
         // Unknown (the current tick, or older than every level): the next tick's time,
         // published now, is later than it.
         self.kept_bound(&state, stamp)
@@ -260,7 +261,7 @@ impl TouchTick {
     /// current tick is bounded by `now_ns` (the touch came before it), which the bound a
     /// later decision uses is never earlier than.
     pub(crate) fn read_upper_time_ns(&self, stamp: u64, now_ns: u64) -> u64 {
-        let state = lock_std(&self.state);
+        let state = lock(&self.state);
         self.kept_bound(&state, stamp).unwrap_or(now_ns)
     }
 
@@ -279,7 +280,7 @@ impl TouchTick {
     /// and the run's completion sees that touch.
     pub(crate) fn move_past(&self, stamp: u64, now: impl Fn() -> u64) {
         if stamp != 0 && stamp >= self.current.load(Ordering::SeqCst) {
-            let mut state = lock_std(&self.state);
+            let mut state = lock(&self.state);
             if stamp >= self.current.load(Ordering::SeqCst) {
                 self.publish_next(&mut state, &now);
             }
