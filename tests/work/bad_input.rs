@@ -87,6 +87,8 @@ fn zero_period_again_does_not_spin_a_worker() {
         r.fetch_add(1, Ordering::Relaxed);
         Next::Again
     });
+    // A nice-19 worker beside busy tests may wait a while for its first run.
+    assert!(common::eventually(|| runs.load(Ordering::Relaxed) > 0));
     std::thread::sleep(Duration::from_millis(100));
     work.cancel_sync();
     let elapsed = start.elapsed();
@@ -96,7 +98,6 @@ fn zero_period_again_does_not_spin_a_worker() {
         runs <= bound,
         "{runs} runs in {elapsed:?}: more than one per slack"
     );
-    assert!(runs > 0);
 }
 
 #[test]

@@ -148,9 +148,15 @@ unsafe fn widen<C: Callback>(header: NonNull<Header>) -> NonNull<WorkInner<dyn C
     header.cast::<WorkInner<C>>()
 }
 
-/// The most references a work may have; a clone beyond it aborts, as `Arc`'s does.
-/// Works have a handful (a handle, a timer entry or two, a run, a waiter each).
-const MAX_REFS: u32 = u32::MAX / 2;
+/// Past this many references the count saturates. Works have a handful (a handle, a
+/// timer entry or two, a run, a waiter each); only leaks reach it (a `cancel_async`
+/// future forgotten two billion times, say), and those leak the work instead.
+const MAX_REFS: u32 = 1 << 31;
+/// A saturated count: clones and drops leave it in place (each one that finds the count
+/// past `MAX_REFS` stores it again, so racing ones cannot walk it down), and the
+/// allocation is never freed. That is a leak of one work's header, where 32-bit counts
+/// would otherwise wrap (a use after free) or abort the process as `Arc` does.
+const SATURATED_REFS: u32 = 3 << 30;
 
 /// A counted reference to a work, as the scheduler's paths share it: one word, where an
 /// `Arc<WorkInner<dyn Callback>>` is two (see "References" in the module docs).
@@ -243,10 +249,11 @@ impl Clone for WorkRef {
     #[inline]
     fn clone(&self) -> WorkRef {
         // Relaxed, as `Arc::clone`: a new reference is made from an existing one, which
-        // keeps the allocation alive meanwhile; no access is ordered by the count.
-        let old = self.header().refs.fetch_add(1, Ordering::Relaxed);
-        if old > MAX_REFS {
-            std::process::abort();
+        // keeps the allocation alive meanwhile; no access is ordered by the count. Past
+        // `MAX_REFS` the count saturates (see `SATURATED_REFS`).
+        let refs = &self.header().refs;
+        if refs.fetch_add(1, Ordering::Relaxed) >= MAX_REFS {
+            refs.store(SATURATED_REFS, Ordering::Relaxed);
         }
         WorkRef {
             header: self.header,
@@ -259,8 +266,14 @@ impl Drop for WorkRef {
     fn drop(&mut self) {
         // Release, then an acquire fence before the free, as `Arc`'s drop: every use of
         // the work through another reference happens before the allocation goes.
-        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        let refs = &self.header().refs;
+        match refs.fetch_sub(1, Ordering::Release) {
+            1 => {}
+            old if old >= MAX_REFS => {
+                refs.store(SATURATED_REFS, Ordering::Relaxed);
+                return;
+            }
+            _ => return,
         }
         fence(Ordering::Acquire);
         // SAFETY: this was the last reference, so nothing else reaches the allocation;
@@ -526,5 +539,29 @@ where
         // SAFETY: the caller ends the work's life: no run is in progress and none will
         // start, so this is the only access.
         drop(self.func.with_mut(|func| unsafe { (*func).take() }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_past_max_refs_saturates_and_the_work_is_never_freed() {
+        let work = WorkRef::new(0, 0, Closure::new(|_: &mut Ctx<'_>| Next::Park));
+        let refs = || work.header().refs.load(Ordering::Relaxed);
+        // As if two billion references had been leaked (forgotten futures, say).
+        work.header().refs.store(MAX_REFS - 2, Ordering::Relaxed);
+        let clones: Vec<WorkRef> = (0..8).map(|_| work.clone()).collect();
+        assert_eq!(refs(), SATURATED_REFS, "saturated from the third clone on");
+        drop(clones);
+        assert_eq!(refs(), SATURATED_REFS, "drops leave it saturated");
+        let more: Vec<WorkRef> = (0..3).map(|_| work.clone()).collect();
+        drop(more);
+        assert_eq!(refs(), SATURATED_REFS);
+        // The test frees what it made, ending the life first as every path does.
+        // SAFETY: no run is in progress; this is the work's only end of life.
+        unsafe { work.drop_closure() };
+        work.header().refs.store(1, Ordering::Relaxed);
     }
 }
