@@ -41,6 +41,37 @@ impl Drop for Alive {
     }
 }
 
+/// Two workers at the caller's priority: the listing races the works' lives, and
+/// nice-19 workers beside busy test threads would leave detached works waiting for a CPU.
+fn two_workers() -> Scheduler {
+    Scheduler::builder()
+        .workers(2)
+        .priority(nicework::Priority::Normal)
+        .build()
+        .unwrap()
+}
+
+/// A work re-arming every 50 µs whose closure keeps `alive` counted.
+fn periodic_keeping(sched: &Scheduler, alive: Alive) -> Work {
+    sched
+        .every(Duration::from_micros(50), move |_| {
+            let _ = &alive;
+            Next::Again
+        })
+        .named("c")
+}
+
+/// A detached `once` work, due after `delay`, whose closure keeps `alive` counted.
+fn detached_once_keeping(sched: &Scheduler, delay: Duration, alive: &Arc<AtomicUsize>, name: &str) {
+    let a = Alive::new(alive);
+    sched
+        .once(delay, move |_| {
+            let _ = &a;
+        })
+        .named(name)
+        .detach();
+}
+
 struct PanicOnDrop;
 impl Drop for PanicOnDrop {
     fn drop(&mut self) {
@@ -102,13 +133,7 @@ fn reentrant_listing_drops_creates_and_detaches_inside_the_closure() {
             );
         }
         if visits % 5 == 0 {
-            let a = Alive::new(&alive);
-            sched
-                .once(Duration::from_millis(3), move |_| {
-                    let _ = &a;
-                })
-                .named("once-detached")
-                .detach();
+            detached_once_keeping(&sched, Duration::from_millis(3), &alive, "once-detached");
         }
     });
     // Detached periodic works live on; the dropped ones are gone.
@@ -145,11 +170,7 @@ fn reentrant_listing_drops_creates_and_detaches_inside_the_closure() {
 
 #[test]
 fn panicking_listing_closure_and_panicking_closure_destructors() {
-    let sched = Scheduler::builder()
-        .workers(2)
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap();
+    let sched = two_workers();
     let works: Vec<Work> = (0..100)
         .map(|_| {
             let p = PanicOnDrop;
@@ -191,20 +212,10 @@ fn panicking_listing_closure_and_panicking_closure_destructors() {
 #[test]
 fn last_handle_dropped_inside_a_callbacks_listing() {
     for round in 0..20 {
-        let sched = Scheduler::builder()
-            .workers(2)
-            .priority(nicework::Priority::Normal)
-            .build()
-            .unwrap();
+        let sched = two_workers();
         let alive = Arc::new(AtomicUsize::new(0));
         for _ in 0..30 {
-            let a = Alive::new(&alive);
-            sched
-                .once(Duration::from_secs(3600), move |_| {
-                    let _ = &a;
-                })
-                .named("far")
-                .detach();
+            detached_once_keeping(&sched, Duration::from_secs(3600), &alive, "far");
         }
         let kept: Vec<Work> = (0..5)
             .map(|_| sched.work(|_| Next::Park).named("kept"))
@@ -266,11 +277,7 @@ fn last_handle_dropped_inside_a_callbacks_listing() {
 #[test]
 fn churn_over_every_path_on_real_workers_frees_every_closure() {
     let ops: usize = 3000;
-    let sched = Scheduler::builder()
-        .workers(2)
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap();
+    let sched = two_workers();
     let other = Scheduler::new().unwrap();
     let _foreign = other.work(|_| Next::Park).named("foreign");
     let alive = Arc::new(AtomicUsize::new(0));
@@ -332,12 +339,7 @@ fn churn_over_every_path_on_real_workers_frees_every_closure() {
                             }
                         }
                         5 => {
-                            let w = sched
-                                .every(Duration::from_micros(50), move |_| {
-                                    let _ = &a;
-                                    Next::Again
-                                })
-                                .named("c");
+                            let w = periodic_keeping(sched, a);
                             w.schedule(Duration::ZERO);
                             let _ = w.cancel_sync();
                             mine.push(w);
@@ -362,12 +364,7 @@ fn churn_over_every_path_on_real_workers_frees_every_closure() {
                             // dropped unresolved or resolved
                         }
                         7 => {
-                            let w = sched
-                                .every(Duration::from_micros(50), move |_| {
-                                    let _ = &a;
-                                    Next::Again
-                                })
-                                .named("c");
+                            let w = periodic_keeping(sched, a);
                             w.schedule(Duration::ZERO);
                             {
                                 let fut = w.cancel_async();
@@ -499,11 +496,7 @@ fn object_works_with_cyclic_handles() {
         work: Mutex<Option<Work>>,
         _alive: Alive,
     }
-    let sched = Scheduler::builder()
-        .workers(2)
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap();
+    let sched = two_workers();
     let alive = Arc::new(AtomicUsize::new(0));
     let stop = AtomicBool::new(false);
     thread::scope(|s| {
