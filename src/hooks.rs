@@ -35,3 +35,13 @@ pub fn stamp_with_ticks_for_loom(sched: &crate::Scheduler) {
         .manual_ticks
         .store(true, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// When `sched`'s touch-tick refresher runs next, `None` while it is parked, for tests of
+/// its schedule (a count, where a real-clock lateness would be a timing).
+pub fn next_tick_refresh(sched: &crate::Scheduler) -> Option<std::time::Instant> {
+    let shared = sched.shared();
+    shared
+        .touch_tick
+        .next_refresh_ns()
+        .map(|ns| shared.instant_at(ns))
+}

@@ -25,8 +25,10 @@ fn the_registry_gives_back_its_slots_when_the_works_go() {
         drop(works);
         let left = live_bytes() - baseline;
         println!("50,000 works: {grown} B; after dropping them: {left} B");
+        // A registry that kept its slots would keep 400 KB (50,000 words); the margin is
+        // for what `wakeups_per_run`, which counts no bytes, allocates meanwhile.
         assert!(
-            left <= 4096,
+            left <= 64 * 1024,
             "{left} B left after 50,000 works came and went ({grown} B with them)"
         );
     }
