@@ -332,16 +332,6 @@ impl Shared {
         false
     }
 
-    /// The clock the touch tick records its times with: the real clock, read in full, or
-    /// the virtual one of a manual scheduler that stamps with ticks (loom models).
-    pub(crate) fn tick_clock_ns(&self) -> u64 {
-        if self.clock.is_manual() {
-            self.virtual_now_ns.load(Ordering::SeqCst)
-        } else {
-            self.clock.real_now_ns()
-        }
-    }
-
     /// The next time the structure or the touch tick must be looked at (ns).
     pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
         let timers = core

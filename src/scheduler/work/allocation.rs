@@ -81,6 +81,17 @@ impl Header {
         unsafe { (this.as_ref().widen)(this).as_ref() }
     }
 
+    /// The period: a timeout work's idle duration (`idle_ns`, which only its closure
+    /// knows), else the period word.
+    #[inline]
+    fn period_ns(&self, idle_ns: impl FnOnce() -> u64) -> u64 {
+        if self.state.load().has(TIMEOUT) {
+            idle_ns()
+        } else {
+            self.period_or_touch.load(Ordering::Relaxed)
+        }
+    }
+
     /// The work's slot in the registry (see `registry`).
     pub(crate) fn registry_key(&self) -> u32 {
         self.registry_key.load(Ordering::Relaxed)
@@ -208,13 +219,9 @@ impl WorkRef {
         self.header.as_ptr().addr()
     }
 
-    /// The period: a timeout work's idle duration, else the period word.
+    /// The period (see [`Header::period_ns`]), widening only for a timeout work.
     pub(crate) fn period_ns(&self) -> u64 {
-        if self.header().state.load().has(TIMEOUT) {
-            self.inner().period_ns()
-        } else {
-            self.header().period_or_touch.load(Ordering::Relaxed)
-        }
+        self.header().period_ns(|| self.inner().callback.idle_ns())
     }
 
     /// Gives up this reference as a pointer to the header, for [`from_raw`](Self::from_raw).
@@ -329,13 +336,9 @@ impl WorkInner<dyn Callback> {
         self as *const Self as *const u8 as usize
     }
 
-    /// The period: a timeout work's idle duration, else the period word.
+    /// The period (see [`Header::period_ns`]).
     pub(crate) fn period_ns(&self) -> u64 {
-        if self.header.state.load().has(TIMEOUT) {
-            self.callback.idle_ns()
-        } else {
-            self.header.period_or_touch.load(Ordering::Relaxed)
-        }
+        self.header.period_ns(|| self.callback.idle_ns())
     }
 
     /// Calls the closure.

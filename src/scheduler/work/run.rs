@@ -107,7 +107,7 @@ impl Shared {
     /// entries and placing postponed ones again.
     pub(crate) fn expire(&self, core: &mut Core, now_ns: u64) {
         // Before any decision, so the stamps it reads have their tick's successor.
-        self.touch_tick.refresh(now_ns, || self.tick_clock_ns());
+        self.touch_tick.refresh(now_ns, || self.now_ns());
         let now = now_units(now_ns);
         core.timers
             .expire(now, |entry| match self.classify(&entry, now) {

@@ -103,18 +103,14 @@ impl Shared {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-        let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
-            return 0;
-        };
-        let now = self.now_ns();
-        let touched = if stamp & PRECISE_TOUCH != 0 {
-            clock_stamp
-        } else if self.is_forked_copy() {
-            now
-        } else {
-            self.touch_tick.read_upper_time_ns(stamp, now)
-        };
-        units_ceil(touched.saturating_add(work.period_ns()))
+        due_after_touch(stamp, work.period_ns(), |tick| {
+            let now = self.now_ns();
+            if self.is_forked_copy() {
+                now
+            } else {
+                self.touch_tick.read_upper_time_ns(tick, now)
+            }
+        })
     }
 
     /// A timeout work's touch: records the time (the touch tick for a long idle, else the
@@ -174,7 +170,7 @@ impl Shared {
     /// by the run's completion (see `touch_tick`).
     pub(crate) fn taking_timeout_run(&self, stamp: u64) {
         if stamp & PRECISE_TOUCH == 0 {
-            self.touch_tick.move_past(stamp, || self.tick_clock_ns());
+            self.touch_tick.move_past(stamp, || self.now_ns());
         }
     }
 
@@ -182,15 +178,23 @@ impl Shared {
     /// true touch + idle. A tick stamp counts as the time its next tick was published
     /// (see `touch_tick`), which may publish that tick now.
     pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
-        let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
-            return 0; // never touched (either kind): nothing postpones it
-        };
-        let touched = if stamp & PRECISE_TOUCH != 0 {
-            clock_stamp
-        } else {
-            self.touch_tick
-                .upper_time_ns(stamp, || self.tick_clock_ns())
-        };
-        units_ceil(touched.saturating_add(idle_ns))
+        due_after_touch(stamp, idle_ns, |tick| {
+            self.touch_tick.upper_time_ns(tick, || self.now_ns())
+        })
     }
+}
+
+/// When a work touched at `stamp` may run (units): 0 if it was never touched (either kind
+/// of stamp), else its touch + `idle_ns`, the touch being a full-clock stamp's time or
+/// `tick_bound` of a tick stamp.
+fn due_after_touch(stamp: u64, idle_ns: u64, tick_bound: impl FnOnce(u64) -> u64) -> u64 {
+    let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
+        return 0;
+    };
+    let touched = if stamp & PRECISE_TOUCH != 0 {
+        clock_stamp
+    } else {
+        tick_bound(stamp)
+    };
+    units_ceil(touched.saturating_add(idle_ns))
 }
