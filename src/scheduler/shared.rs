@@ -18,7 +18,7 @@ use crate::scheduler::work::registry::Registry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
-use crate::scheduler::work::touch_tick::{TICK_MIN_IDLE_NS, TouchTick};
+use crate::scheduler::work::touch_tick::TouchTick;
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::timer::Timers;
 
@@ -300,38 +300,6 @@ impl Shared {
         }
     }
 
-    /// Whether a timeout work with this idle duration stamps its touches with the touch
-    /// tick (a real scheduler and a long idle, see `touch_tick`), registering it so; else
-    /// it stamps with the full clock.
-    pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
-        // Not in a forked child: the tick's lock may be held by a thread that is gone.
-        let ticks = (!self.clock.is_manual() || self.manual_ticks())
-            && idle_ns >= TICK_MIN_IDLE_NS
-            && !self.is_forked_copy();
-        if ticks {
-            let now = self.now_ns();
-            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
-                // A refresh scheduled for a longer idle moved earlier: make sure someone
-                // wakes for it.
-                if let Some(mut core) = self.lock_unless_forked() {
-                    if !core.shutdown {
-                        self.kick(&mut core, at, now);
-                    }
-                }
-            }
-        }
-        ticks
-    }
-
-    /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
-    /// that ask for it, so they can drive the tick on the virtual clock.
-    fn manual_ticks(&self) -> bool {
-        #[cfg(all(loom, feature = "loom"))]
-        return self.manual_ticks.load(std::sync::atomic::Ordering::Relaxed);
-        #[cfg(not(all(loom, feature = "loom")))]
-        false
-    }
-
     /// The next time the structure or the touch tick must be looked at (ns).
     pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
         let timers = core
@@ -341,27 +309,6 @@ impl Shared {
         match (timers, self.touch_tick.next_refresh_ns()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
-    }
-
-    /// A touch stored a tick stamp while the tick's refresher was parked: schedule it,
-    /// and make sure a worker (or the host) wakes for it.
-    #[cold]
-    pub(super) fn wake_touch_tick(&self) {
-        let Some(mut core) = self.lock_unless_forked() else {
-            return;
-        };
-        if core.shutdown {
-            return;
-        }
-        let now = self.now_ns();
-        self.wake_touch_tick_locked(&mut core, now);
-    }
-
-    /// [`wake_touch_tick`](Self::wake_touch_tick) with the core lock held.
-    pub(super) fn wake_touch_tick_locked(&self, core: &mut Core, now_ns: u64) {
-        if let Some(at) = self.touch_tick.wake(now_ns) {
-            self.kick(core, at, now_ns);
         }
     }
 
