@@ -12,6 +12,23 @@ mod common;
 
 mod bad_input;
 mod edges;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The start of each run of a [`recording_timeout`].
+type Runs = Arc<Mutex<Vec<Instant>>>;
+
+/// A timeout on `sched` whose callback records when each run started and parks.
+fn recording_timeout(sched: &nicework::Scheduler, idle: Duration) -> (Arc<nicework::Work>, Runs) {
+    let runs: Runs = Arc::default();
+    let record = runs.clone();
+    let work = sched.timeout(idle, move |_| {
+        record.lock().unwrap().push(Instant::now());
+        nicework::Next::Park
+    });
+    (Arc::new(work), runs)
+}
 mod manual;
 mod threaded;
 mod touch_tick;

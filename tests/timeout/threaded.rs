@@ -29,12 +29,7 @@ fn two_threads_touch_on(
     touching: Duration,
 ) -> (Touches, Vec<Instant>) {
     let touches: Touches = Arc::default();
-    let runs: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let record = runs.clone();
-    let work = Arc::new(sched.timeout(idle, move |_| {
-        record.lock().unwrap().push(Instant::now());
-        Next::Park
-    }));
+    let (work, runs) = crate::recording_timeout(sched, idle);
     let stop = Arc::new(AtomicBool::new(false));
     let touchers: Vec<_> = (0..2)
         .map(|_| {

@@ -221,13 +221,8 @@ fn many_works_bursty_touchers_and_a_hog_never_run_within_idle() {
         Next::Again
     });
     let add = |works: &mut Vec<_>, ms: u64| {
-        let runs: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let record = runs.clone();
         let idle = Duration::from_millis(ms);
-        let w = Arc::new(sched.timeout(idle, move |_| {
-            record.lock().unwrap().push(Instant::now());
-            Next::Park
-        }));
+        let (w, runs) = crate::recording_timeout(&sched, idle);
         works.push((w, Log::default(), runs, idle));
     };
     for ms in idles {
@@ -457,12 +452,7 @@ fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
         .unwrap();
     let idle = Duration::from_millis(1100);
     let log: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
-    let runs: Arc<Mutex<Vec<Instant>>> = Arc::default();
-    let record = runs.clone();
-    let work = Arc::new(sched.timeout(idle, move |_| {
-        record.lock().unwrap().push(Instant::now());
-        Next::Park
-    }));
+    let (work, runs) = crate::recording_timeout(&sched, idle);
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = common::spinners(2, &stop);
     for t in 0..2u64 {

@@ -297,10 +297,6 @@ fn an_arm_racing_the_completion_of_a_lone_run_is_watched() {
 
 // --- zero wakeups while parked, after the new paths -----------------------------------
 
-fn settle(sched: &Scheduler) {
-    crate::common::settle_wakeups(sched);
-}
-
 /// Lone runs that kept the poller role, once works (run, cancelled, detached), try_flush
 /// and flush of pending works, timeouts touched and stopped: then everything is parked
 /// and the wakeup count stays flat, with 1, 2 and 4 workers.
@@ -352,7 +348,7 @@ fn parked_after_lone_runs_onces_and_try_flushes_sleeps_without_wakeups() {
                 // The hour-long entry is stale now: sweep or not, it wakes nobody but
                 // at its tick. Let the short deadlines pass.
                 std::thread::sleep(50 * MS);
-                settle(&sched);
+                crate::common::settle_wakeups(&sched);
                 let before = sched.metrics().worker_wakeups;
                 std::thread::sleep(Duration::from_millis(1500));
                 let after = sched.metrics().worker_wakeups;
