@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
-use nicework::{Cid, IdSpace, Priority, Scheduler};
+use nicework::{Cid, IdSpace, Scheduler};
+
+use crate::common;
 
 /// Far above any expected latency: only a hang reaches it.
 const HANG: Duration = Duration::from_secs(20);
@@ -243,8 +245,7 @@ fn nested_enter_returns_the_outer_id_under_a_fast_scan() {
     const THREADS: usize = 16;
     const ROUNDS: usize = 300;
     const NESTED: usize = 8;
-    let sched = Scheduler::builder()
-        .priority(Priority::Normal)
+    let sched = common::normal_priority_builder()
         .slack(Duration::from_micros(200))
         .build()
         .unwrap();

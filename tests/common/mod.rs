@@ -151,6 +151,14 @@ pub fn settle_wakeups(sched: &nicework::Scheduler) {
     }
 }
 
+/// A builder whose workers run at the caller's priority, for the tests whose subject is a
+/// race or a count and not the priority: such a test needs its workers on a CPU as often
+/// as its own threads, and at nice 19, beside other tests' spinning threads in a busy
+/// binary (ASan's, in CI), a worker may wait seconds for one, past [`EVENTUALLY`].
+pub fn normal_priority_builder() -> nicework::Builder {
+    nicework::Scheduler::builder().priority(nicework::Priority::Normal)
+}
+
 /// `n` threads that keep a CPU busy each until `stop` is set (a CPU-bound load for the
 /// tests of starved workers and of priorities).
 pub fn spinners(n: usize, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {

@@ -77,13 +77,8 @@ fn for_each_never_sees_a_slot_its_owner_is_writing() {
 /// summing all the time, and trims of a real scheduler (at the shortest scan period).
 #[test]
 fn live_plus_folded_is_every_increment_while_threads_come_and_go() {
-    // Normal-priority workers: the subject is the sum, not the priority, and a nice-19 scan
-    // beside this spinning reader and a busy binary (ASan's, in CI) may wait seconds for a
-    // CPU, past `eventually`'s bound.
-    let sched = Scheduler::builder()
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap();
+    // The subject is the sum, and the scan runs beside this spinning reader.
+    let sched = common::normal_priority_builder().build().unwrap();
     let ids = Arc::new(
         IdSpace::builder()
             .scan_period(MIN_SCAN_PERIOD)

@@ -196,12 +196,9 @@ fn the_list_follows_many_works_down_and_up_again() {
 #[test]
 fn listing_races_creation_drop_poison_and_detach_from_other_threads() {
     const OPS: usize = 4_000;
-    // The workers at the caller's priority: the race is between the listing and the
-    // works' lives, and nice-19 workers beside four busy threads would leave the
-    // detached works waiting for a CPU.
-    let sched = Scheduler::builder()
+    // The race is between the listing and the works' lives, beside four busy threads.
+    let sched = common::normal_priority_builder()
         .workers(2)
-        .priority(nicework::Priority::Normal)
         .build()
         .unwrap();
     let held: Vec<Work> = (0..4)

@@ -41,12 +41,10 @@ impl Drop for Alive {
     }
 }
 
-/// Two workers at the caller's priority: the listing races the works' lives, and
-/// nice-19 workers beside busy test threads would leave detached works waiting for a CPU.
+/// Two workers at the caller's priority: the listing races the works' lives.
 fn two_workers() -> Scheduler {
-    Scheduler::builder()
+    common::normal_priority_builder()
         .workers(2)
-        .priority(nicework::Priority::Normal)
         .build()
         .unwrap()
 }
@@ -573,11 +571,7 @@ fn hosted_and_run_chunked_and_global() {
     assert!(listed(&sched).is_empty());
 
     // run_chunked while listing.
-    let s2 = Scheduler::builder()
-        .workers(2)
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap();
+    let s2 = two_workers();
     let seen = AtomicUsize::new(0);
     s2.run_chunked(0..10_000, 10, |_r| {
         s2.works(|_| {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nicework::{Next, Scheduler, Work};
 
-use crate::common::{EVENTUALLY, Rng, eventually};
+use crate::common::{self, EVENTUALLY, Rng, eventually};
 
 const MS: Duration = Duration::from_millis(1);
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -561,12 +561,9 @@ fn once_calling_itself_from_inside_its_run() {
 /// try_flush must not stop the workers from taking the increments afterwards.
 #[test]
 fn try_flush_on_a_yielding_work_never_blocks_and_leaves_the_increments_to_workers() {
-    // Normal-priority workers: the subject is `try_flush`, not the priority, and nice-19
-    // workers beside these three spinning threads and a busy binary may wait for a CPU past
-    // `eventually`'s bound.
-    let sched = Scheduler::builder()
+    // The subject is `try_flush`, and the workers run beside three spinning threads.
+    let sched = common::normal_priority_builder()
         .workers(2)
-        .priority(nicework::Priority::Normal)
         .build()
         .unwrap();
     let running = Arc::new(AtomicUsize::new(0));

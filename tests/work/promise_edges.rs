@@ -483,10 +483,9 @@ fn inertness_violations(work: &Work) -> Vec<&'static str> {
 /// long runner, and detached ones) hammered by threads that arm, touch, flush and cancel,
 /// while the only `Scheduler` handle is dropped. Returns what was wrong afterwards.
 fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
-    let sched = Scheduler::builder()
+    let sched = common::normal_priority_builder()
         .workers(2)
         .back_off(false)
-        .priority(nicework::Priority::Normal)
         .build()
         .unwrap();
     let works: Vec<Work> = vec![

@@ -795,13 +795,8 @@ fn work_for_scheduled_in_new_cyclic_survives_a_run_during_construction() {
     });
 }
 
-/// The scheduler of the race rounds: its worker at the caller's priority, because each
-/// round needs it on a CPU as often as the racing threads, and at nice 19 beside other
-/// tests' spinning threads a round mostly waits for a CPU. The races are between the
-/// arming threads and the run, whatever the worker's priority.
+/// The scheduler of the race rounds: the races are between the arming threads and the
+/// run, whatever the worker's priority.
 fn racing_sched() -> Scheduler {
-    Scheduler::builder()
-        .priority(nicework::Priority::Normal)
-        .build()
-        .unwrap()
+    common::normal_priority_builder().build().unwrap()
 }
