@@ -237,6 +237,14 @@ impl Shared {
 
     #[cold]
     pub(crate) fn touch_slow(&self, work: &WorkRef) {
+        // A stopped work, or one that refuses to be armed, ignores the touch whatever the
+        // lock would show: say so without taking it, so that touching such a work costs
+        // no lock, and no worker a wait for one. A flag cleared after this read (a
+        // `schedule`) orders the touch before it.
+        let state = work.header().state.load_after_seqcst_writes();
+        if state.has(STOPPED) || state.refuses_arm() {
+            return;
+        }
         let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
