@@ -157,15 +157,17 @@ fn touching_a_stopped_tick_stamped_timeout_costs_no_wakeups() {
 
 /// The history's bound of an untouched stamp may move later, but by the module's claim
 /// "at most 1/16 of its age" in ticks, which the docs turn into "at most 1/16 of its
-/// idle late". Ticks are not only published by the refresher (every idle/16): every
-/// `deadline()` (and every judgement) of a work stamped with the current tick publishes
-/// one. A burst of them pushes an older stamp out of the exact levels, and its bound
-/// becomes the time of a coarse multiple published *in the burst*: a work touched once
-/// and left alone moves ~a whole idle later, with no touch.
+/// idle late". A read such as `deadline()` publishes no tick, so a burst of another
+/// work's touches and reads, as a monitoring loop makes, must not push an older stamp out
+/// of the exact levels: if reads published ticks, its bound would become the time of a
+/// coarse multiple published *in the burst*, and a work touched once and left alone
+/// would move about a whole idle later, with no touch. The idle is long beside the
+/// test's steps (about 1.1 s), so that a test thread slowed down (ASan's, in CI) still
+/// reads the deadline before the run.
 #[test]
 fn a_burst_of_deadline_reads_moves_an_untouched_timeout_far_later() {
     let sched = Scheduler::new().unwrap();
-    let idle = Duration::from_secs(1);
+    let idle = Duration::from_secs(4);
     let ran: Arc<Mutex<Option<Instant>>> = Arc::default();
     let record = ran.clone();
     let victim = sched.timeout(idle, move |_| {
@@ -175,8 +177,8 @@ fn a_burst_of_deadline_reads_moves_an_untouched_timeout_far_later() {
     let other = sched.timeout(Duration::from_secs(3600), |_| Next::Park);
     let touched = Instant::now();
     victim.touch();
-    // Let the refresher publish the tick after the stamp (and park).
-    std::thread::sleep(Duration::from_millis(300));
+    // Let the refresher (every idle/16, 250 ms) publish the tick after the stamp.
+    std::thread::sleep(Duration::from_millis(600));
     let before = victim.deadline().unwrap();
     std::thread::sleep(Duration::from_millis(400));
     // Another work's touch + deadline(), as a monitoring loop would: one tick each.
