@@ -9,7 +9,7 @@
 //! ```text
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
-//! for op in pair touch timeout_touch enter; do
+//! for op in pair touch timeout_touch enter tls_get; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -22,6 +22,8 @@
 //! - `touch`: `touch()` on an armed periodic work (one load).
 //! - `timeout_touch`: `touch()` on an armed timeout work.
 //! - `enter`: `IdSpace::enter()` + drop on an id the thread holds.
+//! - `tls_get`: `thread_local::ThreadLocal::get_or` on a value the thread has, the peer
+//!   of `enter`, in the same loop.
 //!
 //! Run as a plain bench (`cargo bench --bench instructions`) it does each once, as a
 //! smoke test.
@@ -38,7 +40,7 @@ fn main() {
         .collect();
     let ops: Vec<&str> = match args.first() {
         Some(op) => vec![op.as_str()],
-        None => vec!["pair", "touch", "timeout_touch", "enter"],
+        None => vec!["pair", "touch", "timeout_touch", "enter", "tls_get"],
     };
     let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
     let sched = Scheduler::new().expect("a scheduler");
@@ -52,6 +54,8 @@ fn main() {
     let timeout = sched.timeout(far, |_| Next::Park);
     let ids = IdSpace::new(&sched);
     drop(ids.enter());
+    let tls: thread_local::ThreadLocal<u64> = thread_local::ThreadLocal::new();
+    tls.get_or(|| 0);
     for op in ops {
         match op {
             "pair" => {
@@ -66,7 +70,12 @@ fn main() {
             "enter" => (0..count).for_each(|_| {
                 black_box(ids.enter().get());
             }),
-            other => panic!("unknown operation {other:?}: pair, touch, timeout_touch, enter"),
+            "tls_get" => (0..count).for_each(|_| {
+                black_box(black_box(&tls).get_or(|| 0));
+            }),
+            other => {
+                panic!("unknown operation {other:?}: pair, touch, timeout_touch, enter, tls_get")
+            }
         }
     }
 }
