@@ -370,6 +370,37 @@ fn stop_disarms_and_touch_no_longer_arms_but_schedule_does() {
     assert_eq!(sched.advance(MS), 1);
 }
 
+/// `schedule` "may arm a work that is running: the new instance runs after the current
+/// one ends", also when the current one returns `Stop`: here the callback arms itself and
+/// stops. The second run stops with nothing armed, and then the work is stopped.
+#[test]
+fn an_arm_made_during_a_run_that_returns_stop_stands() {
+    let sched = Scheduler::manual();
+    let me: Arc<std::sync::OnceLock<std::sync::Weak<Work>>> = Arc::default();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (me2, r) = (me.clone(), runs.clone());
+    let work = Arc::new(sched.work(move |_| {
+        if r.fetch_add(1, Ordering::SeqCst) == 0 {
+            let work = me2.get().and_then(std::sync::Weak::upgrade).unwrap();
+            assert!(work.schedule(MS), "a running work can be armed");
+        }
+        Next::Stop
+    }));
+    me.set(Arc::downgrade(&work)).unwrap();
+    assert!(work.schedule(MS));
+    assert_eq!(sched.advance(MS), 1);
+    assert!(work.is_pending(), "the arm made during the Stop run stands");
+    assert_eq!(sched.advance(MS), 1);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(!work.is_pending());
+    work.touch();
+    assert!(
+        !work.is_pending(),
+        "stopped by the second run: touch does not arm it"
+    );
+    assert_eq!(sched.advance(10 * MS), 0);
+}
+
 // Fixed-delay re-arm.
 #[test]
 fn again_is_fixed_delay_from_the_end_of_the_run() {

@@ -229,6 +229,42 @@ fn with_every_work_parked_the_worker_sleeps_without_wakeups() {
 }
 
 // A touch racing with a run that parks is never lost.
+/// An arm made by another thread while the callback runs, which the callback ends with
+/// `Stop`, is not lost: `schedule` returned `true` and its instance runs after this one.
+#[test]
+fn another_threads_arm_during_a_run_that_returns_stop_runs() {
+    let sched = Scheduler::new().unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let work = Arc::new(sched.work(move |_| {
+        if r.fetch_add(1, Ordering::SeqCst) == 0 {
+            started_tx.send(()).unwrap();
+            release_rx.lock().unwrap().recv_timeout(EVENTUALLY).unwrap();
+        }
+        Next::Stop
+    }));
+    assert!(work.schedule(Duration::ZERO));
+    started.recv_timeout(EVENTUALLY).unwrap();
+    let other = work.clone();
+    let armed = std::thread::spawn(move || other.schedule(Duration::ZERO))
+        .join()
+        .unwrap();
+    assert!(armed, "a running work can be armed");
+    release.send(()).unwrap();
+    assert!(eventually(
+        || runs.load(Ordering::SeqCst) == 2 && !work.is_running()
+    ));
+    assert!(!work.is_pending());
+    work.touch();
+    assert!(
+        !work.is_pending(),
+        "stopped by the second run: touch does not arm it"
+    );
+}
+
 #[test]
 fn touch_racing_with_park_is_never_lost() {
     let sched = Scheduler::new().unwrap();

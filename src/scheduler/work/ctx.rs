@@ -51,7 +51,9 @@ pub enum Next {
     /// Nothing to do: stay disarmed until `touch()` or `schedule()`.
     Park,
     /// Done for good: `touch()` no longer arms it; a later `schedule()` or `reschedule()`
-    /// does.
+    /// does. An arm made while this run was in progress (from another thread, or by the
+    /// callback itself) stands, as `schedule()` promises: its instance runs after this
+    /// one, and only then is the work stopped (if that run stops it).
     Stop,
     /// Re-arm at this instant, on the scheduler's clock ([`Ctx::deadline`] and
     /// [`Scheduler::now`] are on it): a fixed rate is

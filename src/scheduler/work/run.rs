@@ -373,6 +373,11 @@ impl Shared {
         let slack = self.slack_ns();
         match next {
             Next::Park => {}
+            // An instance armed during the run (a `schedule` from any thread, or from the
+            // callback itself) runs after this one, as `schedule` promises: `Stop` declines
+            // the callback's own re-arm, as `Park` does, and leaves that arm standing, as
+            // one made just after the run would.
+            Next::Stop if state.has(PENDING) => {}
             Next::Stop => {
                 state.disarm();
                 state.set(STOPPED);
