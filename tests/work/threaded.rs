@@ -228,7 +228,6 @@ fn with_every_work_parked_the_worker_sleeps_without_wakeups() {
     );
 }
 
-// A touch racing with a run that parks is never lost.
 /// An arm made by another thread while the callback runs, which the callback ends with
 /// `Stop`, is not lost: `schedule` returned `true` and its instance runs after this one.
 #[test]
@@ -265,6 +264,7 @@ fn another_threads_arm_during_a_run_that_returns_stop_runs() {
     );
 }
 
+// A touch racing with a run that parks is never lost.
 #[test]
 fn touch_racing_with_park_is_never_lost() {
     let sched = Scheduler::new().unwrap();

@@ -18,8 +18,7 @@ use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::{
-    DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, STOPPED, State, TIMEOUT,
-    TOUCHED_IN_RUN,
+    DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, State, TIMEOUT, TOUCHED_IN_RUN,
 };
 use crate::sync::Ordering;
 
@@ -242,7 +241,7 @@ impl Shared {
         // no lock, and no worker a wait for one. A flag cleared after this read (a
         // `schedule`) orders the touch before it.
         let state = work.header().state.load_after_seqcst_writes();
-        if state.has(STOPPED) || state.refuses_arm() {
+        if state.refuses_touch() {
             return;
         }
         let Some(mut core) = self.lock_unless_forked() else {
@@ -260,7 +259,7 @@ impl Shared {
             } else {
                 PENDING
             };
-            if old.has(busy | STOPPED) || old.refuses_arm() {
+            if old.has(busy) || old.refuses_touch() {
                 return None;
             }
             if old.has(RUNNING) {

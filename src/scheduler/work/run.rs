@@ -305,8 +305,7 @@ impl Shared {
                 Some(new)
             })
             .expect("the edit always applies");
-        if state.has(TIMEOUT) && !state.has(PENDING | STOPPED) && !state.refuses_arm() && !shutdown
-        {
+        if state.has(TIMEOUT) && !state.has(PENDING) && !state.refuses_touch() && !shutdown {
             // A touch during the run is never lost: read after RUNNING was cleared (the
             // mirror of `touch_timeout`), a newer stamp arms the work for touch + idle.
             let stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
@@ -318,7 +317,7 @@ impl Shared {
                     .touch_due(stamp, period)
                     .max(Shared::deadline_after(now, period));
                 self.commit(&mut core, &work, now, |old| {
-                    if old.has(PENDING | STOPPED | RUNNING) || old.refuses_arm() {
+                    if old.has(PENDING | RUNNING) || old.refuses_touch() {
                         return None;
                     }
                     let mut new = old;

@@ -324,6 +324,12 @@ impl State {
     pub(crate) fn refuses_arm(self) -> bool {
         self.has(DISABLED | POISONED | REARM_REFUSED | ORPHANED | CANCEL_WAITING | CLOSURE_DROPPED)
     }
+
+    /// Whether a touch must not arm the work: it refuses every arm, or `Next::Stop` or
+    /// `cancel_sync` stopped it (only `schedule`/`reschedule` arm it again).
+    pub(crate) fn refuses_touch(self) -> bool {
+        self.has(STOPPED) || self.refuses_arm()
+    }
 }
 
 #[cfg(test)]
