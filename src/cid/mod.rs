@@ -2,10 +2,12 @@
 //!
 //! The files:
 //!
-//! - `pin.rs`: the pin protocol and the orphan protocol with both of their halves: a
-//!   thread's records (the `pin`, `cid`, `own` and `seen` words and their layout), the
-//!   thread-local lookup and exit hook, `enter()`'s paths, the [`Cid`] guard, and the
-//!   scan's revoke step. The diagrams' step letters stand at the lines that do them.
+//! - `pin.rs`: the pin protocol and the orphan protocol: a thread's records (the `pin`,
+//!   `cid`, `own` and `seen` words and their layout), `enter()`'s paths, the [`Cid`]
+//!   guard, and the scan's revoke step. The diagrams' step letters stand at the lines
+//!   that do them.
+//! - `registry.rs`: the thread-local side: the registry of a thread's records, the
+//!   fast path's one-entry cache, the orphan list, and the thread-exit hook.
 //! - `space.rs`: [`IdSpace`], its builder and shared state, ownership under the space's
 //!   lock (acquire, publish), the compaction scan around the revoke step, and trims.
 //! - `ids.rs`: the set of owned ids (lowest free first).
@@ -58,14 +60,16 @@
 //!
 //! The pin protocol (how `enter()` and the compaction scan agree on who owns an id, with
 //! the heavy barrier between them) and the orphan protocol (guards that outlive their
-//! thread's exit hook) are written down at the top of `pin.rs`, next to both of their
-//! halves.
+//! thread's exit hook) are written down at the top of `pin.rs`, next to the pin
+//! protocol's two halves and the orphan protocol's guard half; the orphan protocol's
+//! exit-hook half is `registry.rs`.
 
 mod barrier;
 mod ids;
 mod percid;
 mod pin;
 mod reader;
+mod registry;
 mod slots;
 mod space;
 
@@ -80,7 +84,7 @@ pub(crate) fn uses_membarrier() -> bool {
 /// [`crate::hooks::run_thread_exit_hook_for_loom`]).
 #[cfg(all(loom, feature = "loom"))]
 pub(crate) fn run_thread_exit_hook_now() {
-    pin::run_exit_hook_now();
+    registry::run_exit_hook_now();
 }
 pub use pin::Cid;
 pub use space::{IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};

@@ -38,8 +38,8 @@ use std::sync::Arc;
 
 use super::IdSpace;
 use super::barrier;
-use super::pin;
 use super::reader::{Gate, IDLE, thread_tag};
+use super::registry;
 use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
 use crate::contain::contain;
@@ -486,7 +486,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// Panics if the calling thread is inside `with` on this `PerCid`: a reader would
     /// wait for its own borrow.
     fn refuse_inside_own_with(&self) {
-        let Some(id) = pin::pinned_id(&self.space) else {
+        let Some(id) = registry::pinned_id(&self.space) else {
             return;
         };
         // SAFETY: the thread pins `id`, so its bucket stays linked during this call.
