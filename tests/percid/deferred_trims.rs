@@ -108,7 +108,8 @@ fn a_trim_left_to_a_reader_inside_with_keeps_the_value_visible_then_folds_it() {
 /// its own totals slot in a loop, and threads that count once and exit.
 #[test]
 fn a_reader_inside_with_loses_no_fold_of_the_trims_left_to_it() {
-    let sched = Scheduler::new().unwrap();
+    // The subject is the folds, and the scans run beside this spinning reader.
+    let sched = common::normal_priority_builder().build().unwrap();
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
         .build(&sched);
@@ -150,7 +151,8 @@ fn a_reader_inside_with_loses_no_fold_of_the_trims_left_to_it() {
 /// exits trim) and with it: memory shrinks to what live threads hold and every increment is
 /// live or folded, exactly once.
 fn two_readers_in_loops(with_scheduler: bool) {
-    let sched = Scheduler::new().unwrap();
+    // The subject is the folds, and the scans run beside these spinning readers.
+    let sched = common::normal_priority_builder().build().unwrap();
     let ids = IdSpace::builder()
         .scan_period(nicework::MIN_SCAN_PERIOD)
         .build(&sched);
