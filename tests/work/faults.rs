@@ -47,12 +47,19 @@ fn dropping_the_scheduler_while_works_are_armed_running_and_flushed() {
     running_started.recv_timeout(EVENTUALLY).unwrap();
     // Being flushed from another thread: a long incremental work.
     let increments = Arc::new(AtomicU64::new(0));
-    let counter = increments.clone();
+    let on_flusher = Arc::new(AtomicU64::new(0));
+    let (counter, flusher_counter) = (increments.clone(), on_flusher.clone());
     let (flushed_flag_owner, flushed_freed) = drop_flag();
     let flushed = Arc::new(sched.work(move |_| {
         let _keep = &flushed_flag_owner;
         std::thread::sleep(Duration::from_micros(200));
         counter.fetch_add(1, Ordering::SeqCst);
+        let on_worker = std::thread::current()
+            .name()
+            .is_some_and(|name| name.starts_with("nicework"));
+        if !on_worker {
+            flusher_counter.fetch_add(1, Ordering::SeqCst);
+        }
         Next::Yield
     }));
     flushed.schedule(Duration::ZERO);
@@ -60,7 +67,11 @@ fn dropping_the_scheduler_while_works_are_armed_running_and_flushed() {
         let flushed = flushed.clone();
         std::thread::spawn(move || flushed.flush())
     };
-    assert!(eventually(|| increments.load(Ordering::SeqCst) > 5));
+    // The flush is under way (it took increments on itself) before the drop starts: a
+    // flusher thread that had not yet called `flush` would find the scheduler shut down.
+    assert!(eventually(|| {
+        increments.load(Ordering::SeqCst) > 5 && on_flusher.load(Ordering::SeqCst) > 0
+    }));
 
     // Drop the scheduler on another thread; it must wait for the running callback only.
     let (dropped_tx, dropped) = mpsc::channel();
