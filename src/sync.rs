@@ -88,3 +88,22 @@ pub(crate) fn load_ordered_after_seqcst_writes(atomic: &AtomicU64) -> u64 {
     fence(Ordering::SeqCst);
     atomic.load(Ordering::SeqCst)
 }
+
+/// One round of waiting for another thread to finish a step of a few instructions that
+/// nothing can block (a lock-free arm publishing its period): spins first, then yields,
+/// then sleeps, so that a waiter never keeps a preempted writer of lower priority off its
+/// CPU (`SCHED_IDLE` or nice 19 beside a spinning nice-0 thread would never run).
+#[inline]
+pub(crate) fn wait_round(round: &mut u32) {
+    *round = round.saturating_add(1);
+    #[cfg(all(loom, feature = "loom"))]
+    loom::thread::yield_now();
+    #[cfg(not(all(loom, feature = "loom")))]
+    if *round < 64 {
+        std::hint::spin_loop();
+    } else if *round < 128 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}

@@ -13,7 +13,7 @@ use crate::clock::timer::TimerSource;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
-use crate::scheduler::work::entry::Entry;
+use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::registry::Registry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
@@ -273,7 +273,7 @@ impl Shared {
     /// Whether `now + delay_ns` is timed with the coarse clock: a real scheduler and a
     /// delay of at least `COARSE_DELAY_FACTOR` margins (see `clock`).
     #[inline]
-    fn coarse_for(&self, delay_ns: u64) -> bool {
+    pub(super) fn coarse_for(&self, delay_ns: u64) -> bool {
         !self.clock.is_manual() && delay_ns / COARSE_DELAY_FACTOR >= self.clock.coarse_margin_ns()
     }
 
@@ -337,6 +337,23 @@ impl Shared {
         core: &mut Core,
         work: &WorkRef,
         now_ns: u64,
+        edit: impl FnMut(State) -> Option<State>,
+    ) -> Option<(State, State)> {
+        self.commit_at(core, work, now_ns, true, edit)
+    }
+
+    /// [`commit`](Self::commit) with a `now_ns` that is either the full clock (`exact`) or
+    /// the coarse clock's upper bound, which a long delay's arm reads (see
+    /// [`now_for_delay`](Self::now_for_delay)). The upper bound places the entry and
+    /// judges "due now" safely (it is never early, and the deadline lies a long delay
+    /// past it); only programming the timer earlier, which counts from now, reads the
+    /// full clock then.
+    pub(super) fn commit_at(
+        &self,
+        core: &mut Core,
+        work: &WorkRef,
+        now_ns: u64,
+        exact: bool,
         mut edit: impl FnMut(State) -> Option<State>,
     ) -> Option<(State, State)> {
         loop {
@@ -362,16 +379,23 @@ impl Shared {
                     self.note_stale(core, 1);
                 }
                 let deadline = new.deadline();
+                work.header()
+                    .stats
+                    .set_placement(Placement::encode(deadline, epoch));
                 core.timers.insert(
                     Entry::new(work, epoch),
                     deadline,
                     crate::scheduler::work::run::now_units(now_ns),
                 );
-                self.kick(
-                    core,
-                    crate::scheduler::work::state::units_to_ns(deadline),
-                    now_ns,
-                );
+                let deadline_ns = crate::scheduler::work::state::units_to_ns(deadline);
+                // `kick` counts a new timer setting from now; it sets one only for a
+                // wakeup earlier than the one set, never one at or past it.
+                let kick_now = if exact || core.programmed_ns.is_some_and(|at| at <= deadline_ns) {
+                    now_ns
+                } else {
+                    self.now_ns()
+                };
+                self.kick(core, deadline_ns, kick_now);
             }
             return Some((old, new));
         }

@@ -42,8 +42,16 @@ use std::sync::atomic::{AtomicU32, fence};
 
 use super::registry::NOT_LISTED;
 use super::{Ctx, Next, StatsCounters, names};
-use crate::scheduler::work::state::{CLOSURE_DROPPED, NAMED, StateCell, TIMEOUT};
+use crate::scheduler::work::state::{
+    CLOSURE_DROPPED, NAMED, PERIOD_PARITY, State, StateCell, TIMEOUT,
+};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+
+/// The top bit of a `work()`'s period word: the parity of the arm that stored it (see
+/// [`PERIOD_PARITY`]). Periods saturate below it, at 292 years.
+const PERIOD_PARITY_BIT: u64 = 1 << 63;
+/// The longest period a period word holds.
+pub(crate) const PERIOD_MAX_NS: u64 = PERIOD_PARITY_BIT - 1;
 
 /// The part of a work that every thread may read.
 #[derive(Debug)]
@@ -82,14 +90,35 @@ impl Header {
     }
 
     /// The period: a timeout work's idle duration (`idle_ns`, which only its closure
-    /// knows), else the period word.
+    /// knows), else the period word's (which an arm may be changing: see
+    /// [`settled_period`](Self::settled_period)).
     #[inline]
     fn period_ns(&self, idle_ns: impl FnOnce() -> u64) -> u64 {
         if self.state.load().has(TIMEOUT) {
             idle_ns()
         } else {
-            self.period_or_touch.load(Ordering::Relaxed)
+            self.period_or_touch.load(Ordering::Relaxed) & !PERIOD_PARITY_BIT
         }
+    }
+
+    /// A `work()`'s period as of `state`, a word read before this call, or `None` while
+    /// the arm that flipped `state`'s [`PERIOD_PARITY`] has not stored its period yet
+    /// (see the ground rules in `state`). Read after `state` (acquire), a matching parity
+    /// is that arm's store or a later one.
+    #[inline]
+    pub(crate) fn settled_period(&self, state: State) -> Option<u64> {
+        let word = self.period_or_touch.load(Ordering::Acquire);
+        let parity = word & PERIOD_PARITY_BIT != 0;
+        (parity == state.has(PERIOD_PARITY)).then_some(word & !PERIOD_PARITY_BIT)
+    }
+
+    /// Stores a `work()`'s period with the parity its arm's CAS set (release: a reader
+    /// that sees the parity sees the period).
+    #[inline]
+    pub(crate) fn store_period(&self, period_ns: u64, parity: bool) {
+        let parity = if parity { PERIOD_PARITY_BIT } else { 0 };
+        self.period_or_touch
+            .store(period_ns.min(PERIOD_MAX_NS) | parity, Ordering::Release);
     }
 
     /// The work's slot in the registry (see `registry`).

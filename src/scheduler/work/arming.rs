@@ -3,24 +3,38 @@
 //!
 //! # Fast and slow paths
 //!
-//! `reschedule` and `schedule` are one CAS when the work still has a live timer entry
-//! placed no later than the new deadline (the common case: a work re-armed for "now +
-//! the same delay" over and over, or cancelled and re-armed); otherwise they take the
-//! core lock and link an entry. A periodic work's `touch` is one load while it is armed.
-//! Nothing on these paths reads the full clock when the delay is long enough for the
-//! coarse clock (see `clock`). Everything else takes the core lock through the fork
+//! `reschedule` and `schedule` are one CAS when the work's live timer entry looks at it
+//! no later than the new deadline (the common case: a work re-armed over and over, or
+//! cancelled and re-armed, with the same delay or a changing one); otherwise they take
+//! the core lock and link an entry. Whether the entry serves is read from the state
+//! word's deadline and, for a deadline below it, from the entry's placement (see
+//! "Placement" in `entry`), so a delay that jitters either way stays lock-free. A
+//! `work()`'s period follows its arms, so an arm whose delay differs from the period
+//! also flips the period parity in its CAS and then stores the period: one plain store
+//! more, not the core lock (see the ground rules in `state`). A periodic work's `touch`
+//! is one load while it is armed. Neither path reads the full clock when the delay is
+//! long enough for the coarse clock (see `clock`; the locked path reads it only to
+//! program the timer earlier). Everything else takes the core lock through the fork
 //! gate.
+//!
+//! # The period rule
+//!
+//! Deadline and period agree: whichever arm's CAS comes last in the state word's order,
+//! its deadline and its delay are the ones left, and a completion's `Next::Again` (or a
+//! touch arming a parked work) uses the period as of the word its own CAS replaces,
+//! waiting through the few instructions of an arm still storing it
+//! ([`Shared::period_of`]).
 
 use std::time::Duration;
 
-use super::WorkRef;
+use super::entry::Placement;
+use super::{Header, WorkRef};
 use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::{
-    DETACHED, ORPHANED, PENDING, PERIOD_CHANGING, QUEUED, RUNNING, State, TIMEOUT, TOUCHED_IN_RUN,
+    DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, TIMEOUT, TOUCHED_IN_RUN,
 };
-use crate::sync::Ordering;
 
 /// What a lock-free arming attempt did.
 enum Fast {
@@ -28,12 +42,14 @@ enum Fast {
     Armed(State),
     /// `schedule` found the work already pending.
     AlreadyPending,
-    /// Needs the lock: no live entry, an earlier deadline, or a refusal to report.
+    /// Needs the lock: no live entry, an earlier deadline, a period change in progress,
+    /// or a refusal to report.
     Slow,
 }
 
 impl Shared {
-    /// The lock-free arm: one CAS if the live entry can serve the new deadline.
+    /// The lock-free arm: one CAS if the live entry can serve the new deadline, plus,
+    /// when it changes a `work()`'s period, the period store and the flag's release.
     #[inline]
     fn arm_fast(&self, work: &WorkRef, deadline: u64, only_if_idle: bool, delay_ns: u64) -> Fast {
         if delay_ns == 0 {
@@ -41,30 +57,48 @@ impl Shared {
             // the next opportunity, so it gets an entry on the ready queue.
             return Fast::Slow;
         }
+        let header = work.header();
         loop {
-            let old = work.header().state.load();
+            let old = header.state.load();
             if only_if_idle && old.has(PENDING) {
                 return Fast::AlreadyPending;
             }
-            if !old.has(QUEUED) || old.refuses_arm() || deadline < old.deadline() {
-                return Fast::Slow;
-            }
-            // A `work()`'s period follows its arms, and an arm that changes it goes
-            // through the lock so that deadline and period come from the same arm (see
-            // `arm_locked`). Read after the state word (acquire), so a period stored
-            // before a locked arm cleared `PERIOD_CHANGING` is seen here.
-            if old.period_changing()
-                || (old.period_follows_arms()
-                    && work.header().period_or_touch.load(Ordering::Relaxed) != delay_ns)
+            if !old.has(QUEUED) || old.refuses_arm() || !Shared::entry_serves(header, old, deadline)
             {
                 return Fast::Slow;
             }
             let mut new = old;
             new.arm(deadline);
-            if work.header().state.cas(old, new) {
+            // A `work()`'s period follows its arms: an arm that changes it flips the
+            // parity and then stores it, and none may start while another's store is
+            // outstanding (see the ground rules in `state`).
+            let mut stores_period = None;
+            if old.period_follows_arms() {
+                match header.settled_period(old) {
+                    None => return Fast::Slow,
+                    Some(period) if period != delay_ns => {
+                        stores_period = Some(new.flip_period_parity());
+                    }
+                    Some(_) => {}
+                }
+            }
+            if header.state.cas(old, new) {
+                if let Some(parity) = stores_period {
+                    header.store_period(delay_ns, parity);
+                }
                 return Fast::Armed(old);
             }
         }
+    }
+
+    /// Whether the live entry of `old` (a word with `QUEUED`) looks at the work no later
+    /// than `deadline`: the deadline is not before the word's own (see the ground rules
+    /// in `state`), or not before the entry's [`Placement`].
+    #[inline]
+    fn entry_serves(header: &Header, old: State, deadline: u64) -> bool {
+        deadline >= old.deadline()
+            || (old.deadline() - deadline < Placement::REACH
+                && Placement::serves(header.stats.placement(), old.epoch(), deadline))
     }
 
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
@@ -87,50 +121,106 @@ impl Shared {
             return None;
         }
         let delay_ns = nanos(delay);
-        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
+        let now = self.now_for_delay(delay_ns);
+        let deadline = Shared::deadline_after(now, delay_ns);
         match self.arm_fast(work, deadline, only_if_idle, delay_ns) {
             Fast::Armed(old) => Some(old),
             Fast::AlreadyPending => None,
-            Fast::Slow => self.arm_locked(work, delay_ns, only_if_idle),
+            Fast::Slow => self.arm_locked(work, delay_ns, now, only_if_idle),
         }
     }
 
     /// The locked arm, which also sets a `work()`'s period to `delay_ns` (`every` and
-    /// timeout works keep theirs).
+    /// timeout works keep theirs). `now` is the time [`arm`](Self::arm) read for the
+    /// delay, so a delay long enough for the coarse clock costs no full clock read here
+    /// either (see [`Shared::commit_at`]).
     ///
-    /// Deadline and period are two words, so they agree by this protocol: the arm's CAS
-    /// sets `PERIOD_CHANGING` together with the deadline, the period is stored, and a
-    /// second CAS clears the flag, all under the core lock. Other locked arms are
-    /// serialised by the lock; a lock-free arm takes the lock while it sees the flag, and
-    /// otherwise only succeeds when the period already is its delay (see `arm_fast`). So
-    /// whichever arm's CAS comes last in the word's order, its delay is the period left.
-    fn arm_locked(&self, work: &WorkRef, delay_ns: u64, only_if_idle: bool) -> Option<State> {
-        let mut core = self.lock_unless_forked()?;
-        if core.shutdown {
-            return None;
-        }
-        let now = self.now_ns();
-        let period_word = &work.header().period_or_touch;
-        // Stable here: only a locked arm writes a `work()`'s period.
-        let period_changes = period_word.load(Ordering::Relaxed) != delay_ns;
-        let (old, new) = self.commit(&mut core, work, now, |old| {
-            if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
+    /// The period changes as on the lock-free path (see the ground rules in `state`): the
+    /// CAS flips the parity, then the period is stored. A lock-free arm's change may be
+    /// outstanding at any moment, and this one must not start over it: an edit that
+    /// finds one waits for it outside the lock and tries again.
+    fn arm_locked(
+        &self,
+        work: &WorkRef,
+        delay_ns: u64,
+        now: u64,
+        only_if_idle: bool,
+    ) -> Option<State> {
+        let header = work.header();
+        loop {
+            self.settle_period(header);
+            let mut core = self.lock_unless_forked()?;
+            if core.shutdown {
                 return None;
             }
-            let mut new = old;
-            new.arm(Shared::deadline_after(now, delay_ns));
-            if period_changes && old.period_follows_arms() {
-                new.set(PERIOD_CHANGING);
+            // Whether the last attempt found another arm's period change outstanding.
+            let mut held_off = false;
+            // The parity the period is stored with, if this arm changes it.
+            let mut stores_period = None;
+            let exact = !self.coarse_for(delay_ns);
+            let committed = self.commit_at(&mut core, work, now, exact, |old| {
+                stores_period = None;
+                held_off = false;
+                if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
+                    return None;
+                }
+                let mut new = old;
+                new.arm(Shared::deadline_after(now, delay_ns));
+                if old.period_follows_arms() {
+                    match header.settled_period(old) {
+                        None => {
+                            held_off = true;
+                            return None;
+                        }
+                        Some(period) if period != delay_ns => {
+                            stores_period = Some(new.flip_period_parity());
+                        }
+                        Some(_) => {}
+                    }
+                }
+                Some(new)
+            });
+            if held_off {
+                continue;
             }
-            Some(new)
-        })?;
-        if new.period_changing() {
-            period_word.store(delay_ns, Ordering::Relaxed);
-            work.header()
-                .state
-                .update(|old| Some(old.without(PERIOD_CHANGING)));
+            let (old, _) = committed?;
+            if let Some(parity) = stores_period {
+                header.store_period(delay_ns, parity);
+            }
+            return Some(old);
         }
-        Some(old)
+    }
+
+    /// Waits until no arm's period change is outstanding on `header`'s work (a few
+    /// instructions of another thread's; see the ground rules in `state`). In a forked
+    /// child, whose other threads are gone, it returns at once.
+    pub(crate) fn settle_period(&self, header: &Header) {
+        let mut round = 0;
+        loop {
+            let state = header.state.load();
+            if !state.period_follows_arms()
+                || header.settled_period(state).is_some()
+                || self.is_forked_copy()
+            {
+                return;
+            }
+            crate::sync::wait_round(&mut round);
+        }
+    }
+
+    /// The work's period for a decision about `old`, the word an edit is looking at: the
+    /// delay of the latest arm before `old`. If that arm is still storing it, this waits
+    /// for it and returns the period then; the edit's CAS from `old` is not affected by
+    /// the store, but it is by any arm after `old`, so what the edit decides holds for
+    /// the word it replaces.
+    pub(crate) fn period_of(&self, work: &WorkRef, old: State) -> u64 {
+        if !old.period_follows_arms() {
+            return work.period_ns();
+        }
+        work.header().settled_period(old).unwrap_or_else(|| {
+            self.settle_period(work.header());
+            work.period_ns()
+        })
     }
 
     /// Arms for now + `delay` unless the work is pending for sooner (the kernel's
@@ -251,7 +341,6 @@ impl Shared {
             return;
         }
         let now = self.now_ns();
-        let period = work.period_ns().max(self.slack_ns());
         let armed = self.commit(&mut core, work, now, |old| {
             // A timeout work that became armed or running meanwhile has the new stamp.
             let busy = if old.has(TIMEOUT) {
@@ -267,6 +356,7 @@ impl Shared {
                 // "armed"; whatever else it decides stands (see `complete`).
                 return Some(old.with(TOUCHED_IN_RUN));
             }
+            let period = self.period_of(work, old).max(self.slack_ns());
             let mut new = old;
             new.arm(Shared::deadline_after(now, period));
             Some(new)

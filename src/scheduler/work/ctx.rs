@@ -121,8 +121,11 @@ impl Ctx<'_> {
         self.runs
     }
 
-    /// The work's period: what `Next::Again` and `touch()` re-arm it for.
+    /// The work's period: what `Next::Again` and `touch()` re-arm it for. For a
+    /// [`work()`](Scheduler::work), the delay of its latest `schedule`/`reschedule`,
+    /// which another thread may change during the run.
     pub fn period(&self) -> Duration {
+        self.scheduler.shared().settle_period(&self.work.header);
         Duration::from_nanos(self.work.period_ns())
     }
 

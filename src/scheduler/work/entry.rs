@@ -8,12 +8,76 @@
 //!
 //! The epoch lives in the pointer's low bits, which are always zero because a
 //! work's allocation is 8-aligned, so an entry is one word, like the `WorkRef` it holds.
+//!
+//! # Placement
+//!
+//! A lock-free arm may set any deadline at which the live entry will still look at the
+//! work in time. The state word's deadline is one such bound, but each arm that moves
+//! the deadline later raises it, and an arm that then wants a deadline between the
+//! entry and the raised bound would have to take the lock and link a new entry: a
+//! jittered keep-alive or a `deadline - now` re-arm would do so at every other call.
+//! So the work also records where its live entry was placed, its [`Placement`], in 20
+//! bits that share a word with the run maxima (see `stats`):
+//!
+//! - The time is kept in granules of 1.6 ms, rounded up, modulo 2^18 granules (7 minutes),
+//!   and tagged with the epoch of the entry it describes. A deadline serves when its
+//!   granule, rounded down, is not before the placement's: the deadline is then no
+//!   earlier than the entry's tick.
+//! - It is written under the core lock right after the CAS that makes an entry live
+//!   (a link, in `Shared::commit`, or a move of an entry later, which claims a new epoch
+//!   for the same entry in `classify`), and read by the lock-free arm after the state word
+//!   whose epoch it must match. A placement read with an older state word than the one it
+//!   belongs to fails the tag check or the arm's CAS (the word moved on); so a lock-free
+//!   arm never trusts a placement that is not its live entry's.
+//! - An entry is only ever moved later by claiming a new epoch: moving it without one
+//!   would let an arm that read the old placement lower the deadline below the new one
+//!   with a CAS that still succeeds.
+//! - The modulus is safe because the arm uses the placement only for a deadline less than
+//!   [`Placement::REACH`] (3.5 minutes) below the state word's: the placement is never
+//!   later than that (a field-derived placement is at or below the state word's deadline),
+//!   so the wrapped distance cannot fake a deadline before the entry. A timeout work's
+//!   entry may sit later, at its touch + idle; but that time only grows, so whatever
+//!   deadline an arm sets, the work is due no earlier than the entry.
 
 use std::ptr::NonNull;
 
 use super::{Callback, Header, WorkInner, WorkRef};
 
 const TAG_MASK: usize = 0b111;
+
+/// A work's live entry's position, as the lock-free arm reads it (see "Placement" in
+/// the module docs): 18 bits of granules and the entry's 2-bit epoch.
+pub(crate) struct Placement;
+
+impl Placement {
+    /// Deadline units per granule, as a shift: 16 × 100 µs = 1.6 ms.
+    const GRANULE_SHIFT: u32 = 4;
+    const GRANULE_BITS: u32 = 18;
+    const GRANULE_MASK: u64 = (1 << Self::GRANULE_BITS) - 1;
+    const EPOCH_BITS: u32 = 2;
+    /// How far below the state word's deadline (in units) an arm may use the placement:
+    /// half the granules' modulus, less a margin for the two roundings.
+    pub(crate) const REACH: u64 = ((1 << (Self::GRANULE_BITS - 1)) - 4) << Self::GRANULE_SHIFT;
+
+    /// The placement of an entry of `epoch` placed for `deadline` (units).
+    pub(crate) fn encode(deadline: u64, epoch: u8) -> u32 {
+        let granule = deadline.div_ceil(1 << Self::GRANULE_SHIFT) & Self::GRANULE_MASK;
+        ((granule as u32) << Self::EPOCH_BITS) | u32::from(epoch)
+    }
+
+    /// Whether the entry of `epoch` that `placement` describes looks at the work no later
+    /// than `deadline` (units), for a deadline less than [`REACH`](Self::REACH) below
+    /// the state word's.
+    #[inline]
+    pub(crate) fn serves(placement: u32, epoch: u8, deadline: u64) -> bool {
+        if placement & ((1 << Self::EPOCH_BITS) - 1) != u32::from(epoch) {
+            return false;
+        }
+        let placed = u64::from(placement >> Self::EPOCH_BITS);
+        let at = deadline >> Self::GRANULE_SHIFT;
+        at.wrapping_sub(placed) & Self::GRANULE_MASK < 1 << (Self::GRANULE_BITS - 1)
+    }
+}
 
 /// A counted, epoch-tagged reference to an armed work.
 pub(crate) struct Entry {
@@ -33,6 +97,21 @@ impl Entry {
                 std::num::NonZero::new_unchecked(addr.get() | usize::from(epoch) & TAG_MASK)
             }),
         }
+    }
+
+    /// The same reference, tagged with `epoch`: an entry moved later claims a new one
+    /// (see "Placement").
+    pub(crate) fn retagged(self, epoch: u8) -> Entry {
+        let tagged = self.tagged.map_addr(|addr| {
+            // SAFETY: the untagged address is not null, and or-ing bits keeps it so.
+            unsafe {
+                std::num::NonZero::new_unchecked(
+                    (addr.get() & !TAG_MASK) | (usize::from(epoch) & TAG_MASK),
+                )
+            }
+        });
+        std::mem::forget(self);
+        Entry { tagged }
     }
 
     fn untagged(&self) -> NonNull<Header> {

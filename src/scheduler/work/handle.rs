@@ -5,6 +5,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::allocation::PERIOD_MAX_NS;
 use super::{Ctx, Next, WorkStats};
 
 use crate::Scheduler;
@@ -89,7 +90,8 @@ impl Work {
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
         let flags = if fixed { FIXED_PERIOD } else { 0 };
-        Work::from_callback(scheduler, Closure::new(f), flags, period_ns)
+        let period_word = period_ns.min(PERIOD_MAX_NS);
+        Work::from_callback(scheduler, Closure::new(f), flags, period_word)
     }
 
     /// A `once` work (see [`Scheduler::once`]), not armed yet.
@@ -180,11 +182,14 @@ impl Work {
     /// `mod_delayed_work`). Returns whether it was pending before. Refused (returning
     /// `false`, arming nothing) while disabled, poisoned or after shutdown.
     ///
-    /// Lock-free (one compare-and-swap) when the work's timer entry is placed no later
-    /// than the new deadline, which is the common case of a work re-armed for the same
-    /// delay again and again, or cancelled and re-armed; an earlier deadline takes the
-    /// scheduler's lock to place a new entry. On a timeout work the run stays due no
-    /// earlier than its latest touch + idle.
+    /// Lock-free when the work's timer entry is placed no later than the new deadline,
+    /// which is the common case of a work re-armed again and again, or cancelled and
+    /// re-armed, whatever the delay: one compare-and-swap, and when the delay changes a
+    /// [`work`](Scheduler::work)'s period, a store and an atomic `fetch_and` that publish
+    /// the period with the deadline. An earlier deadline takes the scheduler's lock to
+    /// place a new entry. A delay of a few seconds or more reads the coarse clock on
+    /// either path. On a timeout work the run stays due no earlier than its latest
+    /// touch + idle.
     ///
     /// # Examples
     ///
@@ -516,6 +521,7 @@ impl Work {
     /// The period used by [`Next::Again`] and [`touch`](Self::touch) (a timeout work's
     /// idle duration).
     pub fn period(&self) -> Duration {
+        self.shared.settle_period(&self.inner.header);
         Duration::from_nanos(self.inner.period_ns())
     }
 

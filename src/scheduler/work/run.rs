@@ -14,7 +14,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
-use crate::scheduler::work::entry::Entry;
+use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::state::{
     DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING, FLUSH_TAKEOVER, ORPHANED, PENDING,
     POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, State, TIMEOUT,
@@ -49,11 +49,21 @@ enum Class {
     /// Not the live entry, or its work is no longer armed (or is running, or left to a
     /// flusher: the completion or the flush links a new one): drop it.
     Stale,
-    /// Armed, and due at this deadline (units), which is still ahead.
-    Wait(u64),
+    /// Armed, and due at this deadline (units), which is still ahead. With an epoch: the
+    /// deadline moved later than the entry's placement, and the entry, placed again at
+    /// it, must be tagged with this new epoch (see "Placement" in `entry`).
+    Wait(u64, Option<u8>),
     /// Armed and due: the state word it was judged on (a take must CAS from it), the
     /// deadline, and a timeout work's touch stamp.
     Due(State, u64, u64),
+}
+
+/// `entry`, tagged with `epoch` if [`Class::Wait`] named a new one.
+fn retag(entry: Entry, epoch: Option<u8>) -> Entry {
+    match epoch {
+        Some(epoch) => entry.retagged(epoch),
+        None => entry,
+    }
 }
 
 /// A time in deadline units, rounded down, and short of the saturated deadline: a
@@ -91,7 +101,18 @@ impl Shared {
                 due = due.max(self.touch_due(stamp, entry.work().period_ns()));
             }
             if due > now {
-                return Class::Wait(due);
+                if header.stats.placement() == Placement::encode(due, state.epoch()) {
+                    return Class::Wait(due, None);
+                }
+                // Placed again later: a lock-free arm that read the placement being left
+                // must fail its CAS.
+                let mut moved = state;
+                let epoch = moved.claim_entry();
+                if !header.state.cas(state, moved) {
+                    continue;
+                }
+                header.stats.set_placement(Placement::encode(due, epoch));
+                return Class::Wait(due, Some(epoch));
             }
             if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
                 if header.state.cas(state, state.without(QUEUED)) {
@@ -112,7 +133,8 @@ impl Shared {
         core.timers
             .expire(now, |entry| match self.classify(&entry, now) {
                 Class::Stale => None,
-                Class::Wait(due) | Class::Due(_, due, _) => Some((entry, due)),
+                Class::Wait(due, epoch) => Some((retag(entry, epoch), due)),
+                Class::Due(_, due, _) => Some((entry, due)),
             });
     }
 
@@ -135,8 +157,8 @@ impl Shared {
             loop {
                 match self.classify(&entry, now) {
                     Class::Stale => break,
-                    Class::Wait(due) => {
-                        core.timers.defer(entry, due);
+                    Class::Wait(due, epoch) => {
+                        core.timers.defer(retag(entry, epoch), due);
                         break;
                     }
                     Class::Due(_, due, _) if due > placed => {
@@ -273,7 +295,6 @@ impl Shared {
         }
         let now = self.now_ns();
         let shutdown = core.shutdown;
-        let period = work.period_ns();
         // A worker loops back to the structure right after this (see `kick`).
         core.completing_on_worker = worker_slot.is_some();
         let (_, state) = self
@@ -286,6 +307,9 @@ impl Shared {
                         new.disarm();
                     }
                     Some(next) if !old.refuses_arm() && !shutdown => {
+                        // The period as of `old`: an arm that changed it before this CAS
+                        // has stored it (see `period_of`).
+                        let period = self.period_of(&work, old);
                         self.apply_next(&mut new, next, now, period, yield_delay_ns);
                         if next == Next::Park && old.has(TOUCHED_IN_RUN) && !new.has(PENDING) {
                             // A touch during the run, and the callback parked: armed for
@@ -313,9 +337,10 @@ impl Shared {
                 // As a touch just after the run would: now + idle (and never earlier than
                 // the touch's own stamp + idle). A stamp read before the run began but
                 // stored during it would otherwise make the work due again at once.
+                let idle = work.period_ns();
                 let due = self
-                    .touch_due(stamp, period)
-                    .max(Shared::deadline_after(now, period));
+                    .touch_due(stamp, idle)
+                    .max(Shared::deadline_after(now, idle));
                 self.commit(&mut core, &work, now, |old| {
                     if old.has(PENDING | RUNNING) || old.refuses_touch() {
                         return None;

@@ -38,10 +38,15 @@
 //!   disarms once it is set, and a lock-free arm needs a live entry (`QUEUED`), which no
 //!   work has once shutdown drained the timer structure.
 //! - A `work()`'s period is a second word, which must agree with the deadline of the
-//!   arm that set it: a locked arm that changes it publishes its deadline with
-//!   `PERIOD_CHANGING`, stores the period, and clears the flag; lock-free arms go to the
-//!   lock while the flag is set or when their delay is not the period (see
-//!   `Shared::arm_locked`).
+//!   arm that set it. An arm that changes it, lock-free or locked, flips `PERIOD_PARITY`
+//!   in the CAS that publishes its deadline, then stores the period with the same parity
+//!   in the period word's top bit (`Header::settled_period`). While the two parities
+//!   differ the period word may still hold the previous arm's delay: no other arm may
+//!   change the period (its CAS would start a second change over an unfinished one), and
+//!   a reader that needs the period (a completion's `Again`, a touch arming a parked
+//!   work) waits through those few instructions (see `Shared::period_of`). Arms that
+//!   keep the period, and every other transition, never wait for it. So a change costs
+//!   the arm's CAS and one plain store, and nothing has to be cleared.
 //! - `FIRING` (timeout works): set by a worker before it reads the work's latest touch to
 //!   decide whether it is due, and cleared by every `touch()` that records a newer time.
 //!   The worker's take is a CAS that expects `FIRING`, so a touch that lands between the
@@ -123,11 +128,13 @@ pub(crate) const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
 pub(crate) const DETACHED: u64 = 1 << 18;
 
-/// A `work()`'s period is being changed by a locked arm (see `Shared::arm_locked`): its
-/// lock-free arms take the lock meanwhile. The bit is [`FIRING`]'s: `FIRING` is only
-/// ever set on a timeout work and this only on a work whose period follows its arms
-/// (neither `every` nor timeout), so the two never meet on one work.
-pub(crate) const PERIOD_CHANGING: u64 = FIRING;
+/// The parity of a `work()`'s period changes: flipped by the CAS of each arm that
+/// changes the period, and matched by the period word's top bit once that arm stored the
+/// period (see the ground rules). The bit is [`FIRING`]'s: `FIRING` is only ever set on
+/// a timeout work and this only on a work whose period follows its arms (neither `every`
+/// nor timeout), so the two never meet on one work, and only a timeout work's
+/// transitions clear `FIRING`.
+pub(crate) const PERIOD_PARITY: u64 = FIRING;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
@@ -301,7 +308,11 @@ impl State {
     /// `Yield` increment. The timer entry is consumed (or left stale).
     pub(crate) fn start_run(&mut self) {
         let increment = self.has(YIELDED);
-        self.clear(PENDING | YIELDED | QUEUED | FIRING);
+        self.clear(PENDING | YIELDED | QUEUED);
+        if self.has(TIMEOUT) {
+            // Only a timeout's: on a `work()` the bit is `PERIOD_PARITY`.
+            self.clear(FIRING);
+        }
         self.set(RUNNING);
         if increment {
             self.set(RUNNING_INCREMENT);
@@ -313,10 +324,11 @@ impl State {
         !self.has(FIXED_PERIOD | TIMEOUT)
     }
 
-    /// Whether a locked arm is changing its period (see [`PERIOD_CHANGING`], whose bit a
-    /// timeout work uses as `FIRING`).
-    pub(crate) fn period_changing(self) -> bool {
-        self.period_follows_arms() && self.has(PERIOD_CHANGING)
+    /// The word after an arm that changes a `work()`'s period: [`PERIOD_PARITY`]
+    /// flipped. Returns the new parity, which the period word must then carry.
+    pub(crate) fn flip_period_parity(&mut self) -> bool {
+        self.0 ^= PERIOD_PARITY;
+        self.has(PERIOD_PARITY)
     }
 
     /// Whether an arm request must be refused (disabled, poisoned, being cancelled,

@@ -6,9 +6,12 @@
 //! agree with each other: `parks <= runs` in every snapshot (see
 //! [`StatsCounters::count_run`]).
 //!
-//! The two maxima share one word as two 32-bit [`Approx`] values (exact below 16.7 ms,
-//! then within one part in 16 million, always rounded down), which keeps a work's header
-//! at 72 bytes.
+//! The two maxima share one word as two 22-bit [`Approx`] values (exact below 65 µs,
+//! then within one part in 65,536, always rounded down), and with them the live timer
+//! entry's placement that the lock-free arm reads (see [`entry`](super::entry)), which
+//! keeps a work's header at 72 bytes. The word has two writers, the running thread (the
+//! maxima) and the core lock's holder (the placement), so each edits its own bits with a
+//! compare-and-swap.
 
 use std::time::{Duration, Instant};
 
@@ -80,8 +83,10 @@ pub(crate) struct StatsCounters {
     runs: AtomicU64,
     parks: AtomicU64,
     busy_total_ns: AtomicU64,
-    /// The longest run (high half) and the largest lateness (low half), as [`Approx`].
-    maxima: AtomicU64,
+    /// The live timer entry's placement (bits 44..64, written under the core lock, see
+    /// [`entry`](super::entry)), the longest run (bits 22..44) and the largest lateness
+    /// (bits 0..22), each as an [`Approx`] (written by the running thread).
+    maxima_and_placement: AtomicU64,
     /// Start of the latest run in scheduler ns, plus one (zero: never ran).
     last_run_ns: AtomicU64,
 }
@@ -92,7 +97,7 @@ impl StatsCounters {
             runs: AtomicU64::new(0),
             parks: AtomicU64::new(0),
             busy_total_ns: AtomicU64::new(0),
-            maxima: AtomicU64::new(0),
+            maxima_and_placement: AtomicU64::new(0),
             last_run_ns: AtomicU64::new(0),
         }
     }
@@ -125,13 +130,12 @@ impl StatsCounters {
         };
         // Unconditional stores: busy time is wall-clock, and a branch on it would make the
         // sequence of atomic operations differ between loom executions.
-        let maxima = self.maxima.load(Ordering::Relaxed);
-        let busy_max = ((maxima >> 32) as u32).max(Approx::encode(busy_ns));
-        let lateness_max = (maxima as u32).max(Approx::encode(lateness_ns));
-        self.maxima.store(
-            (u64::from(busy_max) << 32) | u64::from(lateness_max),
-            Ordering::Relaxed,
-        );
+        let (busy, lateness) = (Approx::encode(busy_ns), Approx::encode(lateness_ns));
+        self.edit_shared_word(|word| {
+            let busy_max = Approx::field(word, BUSY_SHIFT).max(busy);
+            let lateness_max = Approx::field(word, LATENESS_SHIFT).max(lateness);
+            (word & PLACEMENT_MASK) | (busy_max << BUSY_SHIFT) | (lateness_max << LATENESS_SHIFT)
+        });
         bump(&self.busy_total_ns, busy_ns);
         self.last_run_ns
             .store(started_ns.saturating_add(1), Ordering::Relaxed);
@@ -139,7 +143,7 @@ impl StatsCounters {
 
     pub(crate) fn snapshot(&self, instant_at: impl Fn(u64) -> Instant) -> WorkStats {
         let last = self.last_run_ns.load(Ordering::Relaxed);
-        let maxima = self.maxima.load(Ordering::Relaxed);
+        let maxima = self.maxima_and_placement.load(Ordering::Relaxed);
         // `parks` first: see `count_run`.
         let parks = self.parks.load(Ordering::Acquire);
         let runs = self.runs.load(Ordering::Acquire);
@@ -147,27 +151,76 @@ impl StatsCounters {
             runs,
             parks,
             busy_total: Duration::from_nanos(self.busy_total_ns.load(Ordering::Relaxed)),
-            busy_max: Duration::from_nanos(Approx::decode((maxima >> 32) as u32)),
-            lateness_max: Duration::from_nanos(Approx::decode(maxima as u32)),
+            busy_max: Duration::from_nanos(Approx::decode(Approx::field(maxima, BUSY_SHIFT))),
+            lateness_max: Duration::from_nanos(Approx::decode(Approx::field(
+                maxima,
+                LATENESS_SHIFT,
+            ))),
             last_run: last.checked_sub(1).map(instant_at),
+        }
+    }
+
+    /// The live timer entry's placement, as [`entry::Placement`](super::entry::Placement)
+    /// encodes it (acquire: after the state word that named its epoch).
+    #[inline]
+    pub(crate) fn placement(&self) -> u32 {
+        (self.maxima_and_placement.load(Ordering::Acquire) >> PLACEMENT_SHIFT) as u32
+    }
+
+    /// Records where the live entry was placed; under the core lock, after the CAS that
+    /// made the entry live.
+    pub(crate) fn set_placement(&self, placement: u32) {
+        self.edit_shared_word(|word| {
+            (word & !PLACEMENT_MASK) | (u64::from(placement) << PLACEMENT_SHIFT)
+        });
+    }
+
+    /// Applies `edit` to the word the maxima share with the placement: a CAS loop, as
+    /// each of its two writers changes only its own bits.
+    fn edit_shared_word(&self, edit: impl Fn(u64) -> u64) {
+        let word = &self.maxima_and_placement;
+        let mut old = word.load(Ordering::Relaxed);
+        loop {
+            match word.compare_exchange_weak(old, edit(old), Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => old = now,
+            }
         }
     }
 }
 
-/// A nanosecond count in 32 bits: an 8-bit shift and a 24-bit mantissa. Exact below
-/// 2^24 ns (16.7 ms), then rounded down to 24 significant bits. Encodings order like the
-/// values they encode, so a maximum is a plain integer `max`.
+/// Where the lateness maximum sits in the shared word.
+const LATENESS_SHIFT: u32 = 0;
+/// Where the busy maximum sits in the shared word.
+const BUSY_SHIFT: u32 = APPROX_BITS;
+/// Where the placement sits in the shared word: its top bits.
+const PLACEMENT_SHIFT: u32 = 2 * APPROX_BITS;
+const PLACEMENT_MASK: u64 = !((1 << PLACEMENT_SHIFT) - 1);
+/// Bits of one [`Approx`].
+const APPROX_BITS: u32 = 22;
+
+/// A nanosecond count in 22 bits: a 6-bit shift and a 16-bit mantissa. Exact below
+/// 2^16 ns (65 µs), then rounded down to 16 significant bits (within one part in
+/// 65,536). Encodings order like the values they encode, so a maximum is a plain integer
+/// `max`.
 struct Approx;
 
 impl Approx {
-    fn encode(ns: u64) -> u32 {
+    const MANTISSA_BITS: u32 = 16;
+
+    fn encode(ns: u64) -> u64 {
         let bits = 64 - ns.leading_zeros();
-        let shift = bits.saturating_sub(24);
-        (shift << 24) | (ns >> shift) as u32
+        let shift = bits.saturating_sub(Self::MANTISSA_BITS);
+        (u64::from(shift) << Self::MANTISSA_BITS) | (ns >> shift)
     }
 
-    fn decode(encoded: u32) -> u64 {
-        u64::from(encoded & 0x00FF_FFFF) << (encoded >> 24)
+    fn decode(encoded: u64) -> u64 {
+        (encoded & ((1 << Self::MANTISSA_BITS) - 1)) << (encoded >> Self::MANTISSA_BITS)
+    }
+
+    /// The encoding at `shift` in a shared word.
+    fn field(word: u64, shift: u32) -> u64 {
+        (word >> shift) & ((1 << APPROX_BITS) - 1)
     }
 }
 
@@ -180,24 +233,39 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use super::Approx;
+    use super::{Approx, StatsCounters};
+    use std::time::Duration;
+
+    #[test]
+    fn the_maxima_and_the_placement_keep_each_others_bits() {
+        let stats = StatsCounters::new();
+        stats.set_placement((1 << 20) - 1);
+        stats.record(5, Duration::from_nanos(u64::MAX), u64::MAX);
+        assert_eq!(stats.placement(), (1 << 20) - 1);
+        stats.set_placement(3);
+        let snapshot = stats.snapshot(|_| std::time::Instant::now());
+        assert!(snapshot.busy_max > Duration::from_secs(1 << 33));
+        assert!(snapshot.lateness_max > Duration::from_secs(1 << 33));
+        assert_eq!(stats.placement(), 3);
+    }
 
     #[test]
     fn approx_is_exact_for_small_values_and_never_rounds_up() {
-        for ns in [0, 1, 999, (1 << 24) - 1] {
+        for ns in [0, 1, 999, (1 << 16) - 1, 3 << 40] {
             assert_eq!(Approx::decode(Approx::encode(ns)), ns);
         }
         for ns in [
-            1 << 24,
+            (1 << 16) + 1,
             250_000_000,
             1_000_000_000,
             3_600_000_000_123,
             u64::MAX,
         ] {
-            let back = Approx::decode(Approx::encode(ns));
-            assert!(back <= ns && ns - back <= ns >> 23, "{ns} -> {back}");
+            let encoded = Approx::encode(ns);
+            assert!(encoded < 1 << super::APPROX_BITS, "{ns} fits");
+            let back = Approx::decode(encoded);
+            assert!(back <= ns && ns - back <= ns >> 15, "{ns} -> {back}");
         }
-        assert_eq!(Approx::decode(Approx::encode(250_000_000)), 250_000_000);
     }
 
     #[test]
