@@ -9,7 +9,7 @@
 //! ```text
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
-//! for op in pair touch timeout_touch enter tls_get; do
+//! for op in pair pair_varying touch timeout_touch enter tls_get; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -19,6 +19,8 @@
 //!
 //! - `pair`: `reschedule(1 h)` + `cancel()` on one of 1,024 `work()`s with live entries
 //!   (the lock-free pair).
+//! - `pair_varying`: the same pair with a delay that changes at every call (an hour out,
+//!   spread over a second), which also changes each `work()`'s period.
 //! - `touch`: `touch()` on an armed periodic work (one load).
 //! - `timeout_touch`: `touch()` on an armed timeout work.
 //! - `enter`: `IdSpace::enter()` + drop on an id the thread holds.
@@ -40,11 +42,21 @@ fn main() {
         .collect();
     let ops: Vec<&str> = match args.first() {
         Some(op) => vec![op.as_str()],
-        None => vec!["pair", "touch", "timeout_touch", "enter", "tls_get"],
+        None => vec![
+            "pair",
+            "pair_varying",
+            "touch",
+            "timeout_touch",
+            "enter",
+            "tls_get",
+        ],
     };
     let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
     let sched = Scheduler::new().expect("a scheduler");
     let far = Duration::from_secs(3600);
+    let delays: Vec<Duration> = (0..4093u64)
+        .map(|i| far + Duration::from_nanos(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 34))
+        .collect();
     let hot: Vec<_> = (0..1024).map(|_| sched.work(|_| Next::Park)).collect();
     for work in &hot {
         work.reschedule(far);
@@ -65,6 +77,13 @@ fn main() {
                     black_box(work.cancel());
                 }
             }
+            "pair_varying" => {
+                for i in 0..count {
+                    let work = &hot[(i % 1024) as usize];
+                    black_box(work.reschedule(delays[(i % 4093) as usize]));
+                    black_box(work.cancel());
+                }
+            }
             "touch" => (0..count).for_each(|_| black_box(&periodic).touch()),
             "timeout_touch" => (0..count).for_each(|_| black_box(&timeout).touch()),
             "enter" => (0..count).for_each(|_| {
@@ -74,7 +93,10 @@ fn main() {
                 black_box(black_box(&tls).get_or(|| 0));
             }),
             other => {
-                panic!("unknown operation {other:?}: pair, touch, timeout_touch, enter, tls_get")
+                panic!(
+                    "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, \
+                     enter, tls_get"
+                )
             }
         }
     }

@@ -4,6 +4,9 @@
 //!
 //! One test binary, a module per behaviour.
 //! - `arming`: The arming API a connection pool needs.
+//! - `changing_delays`: Re-arms whose delay changes at every call stay lock-free while
+//!   the live entry serves, run neither early nor late, and keep the period rule under
+//!   storms from several threads.
 //! - `arming_races`: `schedule_within`, `deadline`, `Next::At` and touches during runs
 //!   (which never override the callback's decision) under random and racing use.
 //! - `bad_input`: Bad input and calls in the wrong place.
@@ -48,6 +51,7 @@ mod arming;
 mod arming_races;
 mod bad_input;
 mod cancel_refusal;
+mod changing_delays;
 mod containment;
 mod containment_levels;
 mod detach;
