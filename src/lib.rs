@@ -373,7 +373,7 @@ pub mod hooks;
 mod priority;
 mod scheduler;
 mod sync;
-mod timer;
+mod wheel;
 
 pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid};
 pub use error::Error;

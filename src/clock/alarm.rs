@@ -28,10 +28,10 @@
 //! Nobody blocks on a hosted scheduler's alarm; the host sleeps until
 //! `Driver::next_deadline` in its own loop. So that the host also learns when that
 //! deadline moves earlier without a waker, a hosted alarm on unix has a non-blocking
-//! pipe, the `Driver`'s descriptor: [`TimerSource::signal_host`] writes a byte when the
+//! pipe, the `Driver`'s descriptor: [`Sleeper::signal_host`] writes a byte when the
 //! scheduler's next wake moves earlier (as on Linux, nothing at shutdown: nothing is due
 //! again), and the driver's
-//! [`TimerReader::drain`] empties it. Both run under the core lock, so they never race;
+//! [`SleeperReader::drain`] empties it. Both run under the core lock, so they never race;
 //! `host_signalled` is the flag `run_due` reads without the lock, set only after the byte
 //! is written, so a readable descriptor always sends `run_due` down the path that drains
 //! it and the host never spins on it.
@@ -146,17 +146,17 @@ impl Alarm {
 
 /// The programming end.
 #[derive(Debug)]
-pub(crate) struct TimerSource {
+pub(crate) struct Sleeper {
     alarm: Arc<Alarm>,
 }
 
 /// A worker's blocking end.
 #[derive(Debug)]
-pub(crate) struct TimerReader {
+pub(crate) struct SleeperReader {
     alarm: Arc<Alarm>,
 }
 
-impl TimerSource {
+impl Sleeper {
     pub(crate) fn new() -> io::Result<Self> {
         Ok(Self::with_alarm(Alarm {
             shot: Mutex::new(Shot::default()),
@@ -168,7 +168,7 @@ impl TimerSource {
     }
 
     fn with_alarm(alarm: Alarm) -> Self {
-        TimerSource {
+        Sleeper {
             alarm: Arc::new(alarm),
         }
     }
@@ -195,8 +195,8 @@ impl TimerSource {
     }
 
     /// Another end of the same timer for a worker to block on.
-    pub(crate) fn reader(&self) -> io::Result<TimerReader> {
-        Ok(TimerReader {
+    pub(crate) fn reader(&self) -> io::Result<SleeperReader> {
+        Ok(SleeperReader {
             alarm: self.alarm.clone(),
         })
     }
@@ -230,7 +230,7 @@ impl TimerSource {
     }
 }
 
-impl TimerReader {
+impl SleeperReader {
     /// Blocks until the programmed time passes.
     pub(crate) fn wait(&self) {
         let mut shot = self.alarm.shot();
@@ -291,7 +291,7 @@ impl TimerReader {
 }
 
 #[cfg(unix)]
-impl std::os::fd::AsFd for TimerReader {
+impl std::os::fd::AsFd for SleeperReader {
     /// A hosted alarm's descriptor (a worker's reader has none and is never asked).
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.alarm
@@ -314,7 +314,7 @@ mod tests {
     const HOUR_NS: u64 = 3_600_000_000_000;
 
     /// Blocks a reader on its own thread; the receiver hears when `wait` returns.
-    fn blocked_reader(source: &TimerSource) -> (mpsc::Receiver<()>, std::thread::JoinHandle<()>) {
+    fn blocked_reader(source: &Sleeper) -> (mpsc::Receiver<()>, std::thread::JoinHandle<()>) {
         let reader = source.reader().unwrap();
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -326,7 +326,7 @@ mod tests {
 
     /// Waits until the reader sleeps in the condition variable (so what comes next must
     /// wake it, not merely be seen by it on its way in).
-    fn until_asleep(source: &TimerSource) {
+    fn until_asleep(source: &Sleeper) {
         while source.alarm.shot().sleepers == 0 {
             std::thread::yield_now();
         }
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn an_earlier_program_wakes_a_reader_waiting_for_a_later_one() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         source.program(HOUR_NS);
         let (woke, thread) = blocked_reader(&source);
         until_asleep(&source);
@@ -346,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_reader_with_no_deadline_wakes_when_one_is_programmed() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         let (woke, thread) = blocked_reader(&source);
         until_asleep(&source);
         source.program(1_000_000);
@@ -356,7 +356,7 @@ mod tests {
 
     #[test]
     fn an_expiry_before_the_reader_blocks_is_kept_and_fires_once() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         source.program(0);
         let reader = source.reader().unwrap();
         reader.wait(); // returns at once: the shot passed before the wait
@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn disarm_and_a_later_program_leave_the_reader_asleep() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         source.program(HOUR_NS);
         let (woke, thread) = blocked_reader(&source);
         until_asleep(&source);
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn drain_clears_only_a_passed_expiry() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         let reader = source.reader().unwrap();
         source.program(HOUR_NS);
         reader.drain();
@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_huge_delay_is_armed_far_away_not_overflowed() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         source.program(u64::MAX);
         let at = source.alarm.shot().at.expect("armed");
         assert!(at > Instant::now() + Duration::from_secs(3600));
@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn every_return_of_the_wait_is_counted() {
-        let mut source = TimerSource::new().unwrap();
+        let mut source = Sleeper::new().unwrap();
         let wakeups = source.wakeups();
         let reader = source.reader().unwrap();
         source.program(0);
@@ -423,7 +423,7 @@ mod tests {
     #[test]
     fn programs_racing_the_reader_never_lose_the_near_shot() {
         use std::sync::atomic::AtomicUsize;
-        let source = std::sync::Arc::new(Mutex::new(TimerSource::new().unwrap()));
+        let source = std::sync::Arc::new(Mutex::new(Sleeper::new().unwrap()));
         let reader = source.lock().unwrap().reader().unwrap();
         let returns = std::sync::Arc::new(AtomicUsize::new(0));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

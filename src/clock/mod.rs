@@ -1,21 +1,22 @@
 //! Time sources: `mod.rs` holds the clock (full readings, and manual time's counterpart),
-//! `coarse.rs` the cheaper coarse readings the lock-free arming paths take, and the timer
-//! a worker sleeps on: `timerfd.rs` on Linux, `alarm.rs` (a timed condition-variable
-//! wait) on every other OS and on Linux built with `--cfg nicework_portable`.
+//! `coarse.rs` the cheaper coarse readings the lock-free arming paths take, and the
+//! sleeper a worker blocks on (`clock::sleeper`): `timerfd.rs` on Linux, `alarm.rs` (a
+//! timed condition-variable wait) on every other OS and on Linux built with
+//! `--cfg nicework_portable`.
 //!
 //! A real scheduler reads `Instant` (`CLOCK_MONOTONIC` on Linux) and sleeps on its timer;
 //! a manual scheduler has a virtual clock that only
 //! [`Scheduler::advance`](crate::Scheduler::advance) moves. Both count nanoseconds from the
 //! scheduler's epoch, so deadlines are plain `u64`s and saturate instead of overflowing.
 
-// The timer a worker sleeps on: a timerfd on Linux, a timed condition-variable wait
+// The sleeper a worker blocks on: a timerfd on Linux, a timed condition-variable wait
 // elsewhere (and on Linux with `--cfg nicework_portable`).
 #[cfg(all(target_os = "linux", not(nicework_portable)))]
 #[path = "timerfd.rs"]
-pub(crate) mod timer;
+pub(crate) mod sleeper;
 #[cfg(not(all(target_os = "linux", not(nicework_portable))))]
 #[path = "alarm.rs"]
-pub(crate) mod timer;
+pub(crate) mod sleeper;
 
 mod coarse;
 

@@ -18,37 +18,37 @@ use timerfd::{ClockId, SetTimeFlags, TimerFd, TimerState};
 
 /// The programming end.
 #[derive(Debug)]
-pub(crate) struct TimerSource {
+pub(crate) struct Sleeper {
     fd: TimerFd,
 }
 
 /// A worker's blocking end.
 #[derive(Debug)]
-pub(crate) struct TimerReader {
+pub(crate) struct SleeperReader {
     fd: TimerFd,
 }
 
-impl TimerSource {
+impl Sleeper {
     pub(crate) fn new() -> io::Result<Self> {
-        Ok(TimerSource {
+        Ok(Sleeper {
             fd: TimerFd::new_custom(ClockId::Monotonic, false, true)?,
         })
     }
 
     /// A timer whose reads never block, for a hosted scheduler's `Driver`.
     pub(crate) fn new_nonblocking() -> io::Result<Self> {
-        Ok(TimerSource {
+        Ok(Sleeper {
             fd: TimerFd::new_custom(ClockId::Monotonic, true, true)?,
         })
     }
 
     /// A new descriptor of the same timer for a worker to block on.
-    pub(crate) fn reader(&self) -> io::Result<TimerReader> {
+    pub(crate) fn reader(&self) -> io::Result<SleeperReader> {
         let owned = self.fd.as_fd().try_clone_to_owned()?;
         // SAFETY: `owned` is a freshly duplicated timerfd descriptor whose ownership we
         // hand over to the new `TimerFd`.
         let fd = unsafe { TimerFd::from_raw_fd(owned.into_raw_fd()) };
-        Ok(TimerReader { fd })
+        Ok(SleeperReader { fd })
     }
 
     /// Fires once, `after_ns` from now (at least 1 ns: zero would disarm).
@@ -68,7 +68,7 @@ impl TimerSource {
     }
 }
 
-impl TimerReader {
+impl SleeperReader {
     /// Blocks until the timer fires.
     pub(crate) fn wait(&self) {
         self.fd.read();
@@ -87,7 +87,7 @@ impl TimerReader {
     }
 }
 
-impl AsFd for TimerReader {
+impl AsFd for SleeperReader {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -220,10 +220,10 @@ impl Builder {
 fn start_hosted(config: Config) -> Result<(Scheduler, Driver), Error> {
     use std::sync::Arc;
 
-    use crate::clock::timer::TimerSource;
+    use crate::clock::sleeper::Sleeper;
     use crate::scheduler::shared::Shared;
 
-    let source = TimerSource::new_nonblocking()?;
+    let source = Sleeper::new_nonblocking()?;
     let reader = source.reader()?;
     let shared = Arc::new(Shared::new(config, Some(source), None));
     let driver = Driver::new(shared.clone(), reader);
@@ -241,11 +241,11 @@ fn start(_config: Config) -> Result<Scheduler, Error> {
 fn start(config: Config) -> Result<Scheduler, Error> {
     use std::sync::{Arc, mpsc};
 
-    use crate::clock::timer::TimerSource;
+    use crate::clock::sleeper::Sleeper;
     use crate::scheduler::shared::Shared;
     use crate::sync::lock_std;
 
-    let source = TimerSource::new()?;
+    let source = Sleeper::new()?;
     let readers = (0..config.workers)
         .map(|_| source.reader())
         .collect::<Result<Vec<_>, _>>()?;

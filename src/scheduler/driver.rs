@@ -33,7 +33,7 @@ use std::sync::atomic::Ordering;
 use std::task::Waker;
 use std::time::Instant;
 
-use crate::clock::timer::TimerReader;
+use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
@@ -73,12 +73,12 @@ use crate::scheduler::work::run::{Executed, leave_forked_child};
 pub struct Driver {
     shared: Arc<Shared>,
     /// The host's end of the scheduler's timerfd (non-blocking).
-    timer: TimerReader,
+    sleeper: SleeperReader,
 }
 
 impl Driver {
-    pub(crate) fn new(shared: Arc<Shared>, timer: TimerReader) -> Self {
-        Driver { shared, timer }
+    pub(crate) fn new(shared: Arc<Shared>, sleeper: SleeperReader) -> Self {
+        Driver { shared, sleeper }
     }
 
     /// When the host should call [`run_due`](Self::run_due) next: never later than the
@@ -131,7 +131,7 @@ impl Driver {
     pub fn run_due(&self) -> usize {
         let shared = &self.shared;
         if shared.host_wake_ns.load(Ordering::Acquire) > shared.now_ns()
-            && !self.timer.host_signalled()
+            && !self.sleeper.host_signalled()
         {
             // Nothing is due (nothing is armed, for `NO_HOST_WAKE`), and the descriptor
             // is not readable: `Shared::reprogram` publishes a wake in the future only
@@ -145,7 +145,7 @@ impl Driver {
         let Some(mut core) = shared.lock_unless_forked() else {
             return 0;
         };
-        self.timer.drain();
+        self.sleeper.drain();
         if core.shutdown {
             return 0;
         }
@@ -232,7 +232,7 @@ impl std::os::fd::AsFd for Driver {
     /// earlier, so the host polls it with that deadline as its timeout. Both are quiet
     /// after shutdown, when nothing is due again. [`run_due`](Driver::run_due) clears it; never read it yourself.
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.timer.as_fd()
+        self.sleeper.as_fd()
     }
 }
 

@@ -48,7 +48,7 @@ impl Metrics {
         };
         let mut metrics = Metrics {
             armed: shared.count_armed(&core),
-            timer_entries: core.timers.len(),
+            timer_entries: core.wheel.len(),
             worker_wakeups: 0,
             deferred_yields: core.deferred_yields,
             panics: core.panics,

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::WorkRef;
 use crate::Priority;
 use crate::clock::Clock;
-use crate::clock::timer::TimerSource;
+use crate::clock::sleeper::Sleeper;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
@@ -20,7 +20,7 @@ use crate::scheduler::work::state::{
 };
 use crate::scheduler::work::touch_tick::TouchTick;
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
-use crate::timer::Timers;
+use crate::wheel::Wheel;
 
 /// Delays at least this many times the coarse clock's margin are timed with the coarse
 /// clock (so its extra lateness is at most 1 % of the delay); shorter ones read the full
@@ -56,7 +56,7 @@ pub(crate) struct Config {
 #[derive(Debug)]
 pub(crate) struct Core {
     /// L: the timer entries (see `state` for which are live).
-    pub(super) timers: Timers<Entry>,
+    pub(super) wheel: Wheel<Entry>,
     /// L: set once, by the last owning handle's drop; nothing is armed after.
     pub(super) shutdown: bool,
     /// L: workers sleeping on `Shared::idle` as followers.
@@ -68,7 +68,7 @@ pub(crate) struct Core {
     /// L: the deadline the timerfd is programmed for, if any.
     pub(super) programmed_ns: Option<u64>,
     /// L: the timerfd (`None` for `manual()`).
-    pub(super) timer: Option<TimerSource>,
+    pub(super) sleeper: Option<Sleeper>,
     /// L: which worker runs what, and the priority lent to it.
     pub(super) lending: Lending,
     /// L: `Yield` increments deferred because every CPU was busy (see `backoff`).
@@ -192,22 +192,18 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(
-        config: Config,
-        timer: Option<TimerSource>,
-        raise_limit: Option<i32>,
-    ) -> Self {
-        let manual = timer.is_none();
-        let wakeups = WorkerWakeups::new(timer.as_ref());
+    pub(crate) fn new(config: Config, sleeper: Option<Sleeper>, raise_limit: Option<i32>) -> Self {
+        let manual = sleeper.is_none();
+        let wakeups = WorkerWakeups::new(sleeper.as_ref());
         Shared {
             core: Mutex::new(Core {
-                timers: Timers::new(config.slack_ns / DEADLINE_UNIT_NS),
+                wheel: Wheel::new(config.slack_ns / DEADLINE_UNIT_NS),
                 shutdown: false,
                 idle_workers: 0,
                 run_waiters: 0,
                 poller_blocked: false,
                 programmed_ns: None,
-                timer,
+                sleeper,
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
                 panics: 0,
@@ -303,7 +299,7 @@ impl Shared {
     /// The next time the structure or the touch tick must be looked at (ns).
     pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
         let timers = core
-            .timers
+            .wheel
             .next_wake(crate::scheduler::work::run::now_units(now_ns))
             .map(crate::scheduler::work::state::units_to_ns);
         match (timers, self.touch_tick.next_refresh_ns()) {
@@ -382,7 +378,7 @@ impl Shared {
                 work.header()
                     .stats
                     .set_placement(Placement::encode(deadline, epoch));
-                core.timers.insert(
+                core.wheel.insert(
                     Entry::new(work, epoch),
                     deadline,
                     crate::scheduler::work::run::now_units(now_ns),
@@ -410,7 +406,7 @@ impl Shared {
     /// twice the armed works.
     pub(super) fn note_stale(&self, core: &mut Core, count: usize) {
         core.stale_entries += count;
-        if core.stale_entries <= core.timers.len() / 2 + SWEEP_FLOOR {
+        if core.stale_entries <= core.wheel.len() / 2 + SWEEP_FLOOR {
             return;
         }
         core.stale_entries = 0;
@@ -418,7 +414,7 @@ impl Shared {
         // epoch may match a stale entry's too (epochs wrap), but the first is never
         // placed later than the live one, so keeping it never delays the work.
         let mut kept = HashSet::new();
-        core.timers.retain(|entry| {
+        core.wheel.retain(|entry| {
             let header = entry.header();
             loop {
                 let state = header.state.load();
@@ -439,7 +435,7 @@ impl Shared {
     /// The works armed now: live entries whose work is pending.
     pub(super) fn count_armed(&self, core: &Core) -> usize {
         let mut armed = HashSet::new();
-        core.timers.for_each(|entry| {
+        core.wheel.for_each(|entry| {
             let state = entry.header().state.load();
             if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
                 armed.insert(entry.address());
@@ -462,15 +458,15 @@ impl Shared {
     /// Makes sure some worker (or a hosted scheduler's host) will look at a deadline it
     /// may not know about yet.
     pub(super) fn kick(&self, core: &mut Core, deadline_ns: u64, now_ns: u64) {
-        if core.shutdown || core.timer.is_none() {
+        if core.shutdown || core.sleeper.is_none() {
             return;
         }
         if self.config.hosted {
             let wake_ns = self.wake_for(deadline_ns, now_ns);
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
-                if let Some(timer) = &core.timer {
-                    timer.signal_host();
+                if let Some(sleeper) = &core.sleeper {
+                    sleeper.signal_host();
                 }
                 if let Some(waker) = &core.host_waker {
                     core.owed_wakes.push(waker.clone());
@@ -537,7 +533,7 @@ impl Shared {
     /// `host_wake_ns` that is not in the future, so `run_due` drains it. An earlier wake
     /// is published before the timer is set, a later one (or none) after.
     pub(crate) fn reprogram(&self, core: &mut Core, wake_ns: Option<u64>, now_ns: u64) {
-        let Some(timer) = core.timer.as_mut() else {
+        let Some(sleeper) = core.sleeper.as_mut() else {
             return;
         };
         let published = wake_ns.unwrap_or(NO_HOST_WAKE);
@@ -546,8 +542,8 @@ impl Shared {
             self.host_wake_ns.store(published, Ordering::Release);
         }
         match wake_ns {
-            Some(at) => timer.program(at.saturating_sub(now_ns)),
-            None => timer.disarm(),
+            Some(at) => sleeper.program(at.saturating_sub(now_ns)),
+            None => sleeper.disarm(),
         }
         core.programmed_ns = wake_ns;
         if self.config.hosted && !earlier {
@@ -572,7 +568,7 @@ impl Shared {
             return;
         }
         core.shutdown = true;
-        let entries = core.timers.drain();
+        let entries = core.wheel.drain();
         let mut ended = Vec::new();
         for entry in &entries {
             let (old, _) = entry
@@ -600,9 +596,9 @@ impl Shared {
             if let Some(waker) = core.host_waker.take() {
                 core.owed_wakes.push(waker);
             }
-        } else if let Some(timer) = core.timer.as_mut() {
+        } else if let Some(sleeper) = core.sleeper.as_mut() {
             // Wakes the blocked poller, which sees the shutdown and exits.
-            timer.program(1);
+            sleeper.program(1);
         }
         core.programmed_ns = None;
         drop(core);

@@ -4,7 +4,7 @@
 //! `/proc/self/task/TID/status`, so every time a worker blocked and woke counts,
 //! including a wait for a lock. Elsewhere (and on Linux built with
 //! `--cfg nicework_portable`) there is no such file, so the workers count themselves:
-//! each return from the timer's wait (see `clock::timer`) and from the follower's
+//! each return from the timer's wait (see `clock::sleeper`) and from the follower's
 //! condition-variable wait adds one. That count leaves out waits for the core lock; both
 //! stay flat while every work is parked.
 
@@ -18,18 +18,18 @@ pub(crate) struct WorkerWakeups {
     tids: std::sync::Mutex<Vec<Tid>>,
     /// The workers' own count where the OS keeps none.
     #[cfg(not(all(target_os = "linux", not(nicework_portable))))]
-    counted: crate::clock::timer::WakeupCounter,
+    counted: crate::clock::sleeper::WakeupCounter,
 }
 
 impl WorkerWakeups {
-    /// The count for a scheduler whose workers sleep on `timer`.
-    pub(crate) fn new(timer: Option<&crate::clock::timer::TimerSource>) -> Self {
+    /// The count for a scheduler whose workers sleep on `sleeper`.
+    pub(crate) fn new(sleeper: Option<&crate::clock::sleeper::Sleeper>) -> Self {
         #[cfg(all(target_os = "linux", not(nicework_portable)))]
-        let _ = timer;
+        let _ = sleeper;
         WorkerWakeups {
             tids: std::sync::Mutex::new(Vec::new()),
             #[cfg(not(all(target_os = "linux", not(nicework_portable))))]
-            counted: timer.map(|timer| timer.wakeups()).unwrap_or_default(),
+            counted: sleeper.map(|sleeper| sleeper.wakeups()).unwrap_or_default(),
         }
     }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
 use crate::Error;
-use crate::clock::timer::TimerReader;
+use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::Shared;
@@ -51,7 +51,7 @@ pub(crate) fn is_worker_of(shared: &Shared) -> bool {
 
 pub(crate) fn main(
     shared: Arc<Shared>,
-    reader: TimerReader,
+    reader: SleeperReader,
     started: Sender<Result<crate::priority::Tid, Error>>,
 ) {
     let priority = shared.config.priority;
@@ -92,7 +92,7 @@ pub(crate) fn main(
             // made during this run wakes a follower to watch (`Shared::kick`), and this
             // worker looks at the structure first when the run ends. So a lone periodic
             // work costs one wakeup per run, with any number of workers.
-            if core.timers.has_ready() {
+            if core.wheel.has_ready() {
                 if core.idle_workers > 0 {
                     shared.idle.notify_one();
                 } else if core.poller_blocked {
@@ -100,7 +100,7 @@ pub(crate) fn main(
                 }
             } else if !core.poller_blocked
                 && core.idle_workers > 0
-                && (core.timers.len() > 0 || shared.touch_tick.next_refresh_ns().is_some())
+                && (core.wheel.len() > 0 || shared.touch_tick.next_refresh_ns().is_some())
             {
                 shared.idle.notify_one();
             }

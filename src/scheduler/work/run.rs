@@ -130,7 +130,7 @@ impl Shared {
         // Before any decision, so the stamps it reads have their tick's successor.
         self.touch_tick.refresh(now_ns, || self.now_ns());
         let now = now_units(now_ns);
-        core.timers
+        core.wheel
             .expire(now, |entry| match self.classify(&entry, now) {
                 Class::Stale => None,
                 Class::Wait(due, epoch) => Some((retag(entry, epoch), due)),
@@ -153,22 +153,22 @@ impl Shared {
         skip: impl Fn(usize) -> bool,
     ) -> Option<Taken> {
         let now = now_units(now_ns);
-        while let Some((placed, entry)) = core.timers.pop_ready() {
+        while let Some((placed, entry)) = core.wheel.pop_ready() {
             loop {
                 match self.classify(&entry, now) {
                     Class::Stale => break,
                     Class::Wait(due, epoch) => {
-                        core.timers.defer(retag(entry, epoch), due);
+                        core.wheel.defer(retag(entry, epoch), due);
                         break;
                     }
                     Class::Due(_, due, _) if due > placed => {
                         // Moved later (lock-free) since it was queued: still due, but
                         // behind works due before it. Queue it again in its place.
-                        core.timers.insert(entry, due, now);
+                        core.wheel.insert(entry, due, now);
                         break;
                     }
                     Class::Due(_, due, _) if skip(entry.address()) => {
-                        core.timers.defer(entry, due);
+                        core.wheel.defer(entry, due);
                         break;
                     }
                     Class::Due(state, due, touch_stamp) => {

@@ -4,7 +4,7 @@
 //!
 //! Six levels of 64 slots. A slot at level `L` covers `64^L` ticks, so level 0 holds the
 //! next 64 ticks one per slot and level 5 reaches `64^6` ticks (2.2 years at the default
-//! 1 ms tick). The slots' contents live in [`Timers`](super::Timers); this keeps the
+//! 1 ms tick). The slots' contents live in [`Wheel`](super::Wheel); this keeps the
 //! cursor and an `occupied` bitmap per level, so placing an entry is O(1) and finding the
 //! next slot to process is one `trailing_zeros` per level.
 //!
@@ -30,7 +30,7 @@ const HORIZON: u64 = 1 << (SLOT_BITS as usize * LEVELS);
 
 /// The cursor and the occupancy bitmaps.
 #[derive(Debug)]
-pub(crate) struct Wheel {
+pub(crate) struct Geometry {
     /// Last tick processed.
     pub(crate) elapsed: u64,
     occupied: [u64; LEVELS],
@@ -44,9 +44,9 @@ pub(crate) struct Expiration {
     pub(crate) tick: u64,
 }
 
-impl Wheel {
+impl Geometry {
     pub(crate) fn new() -> Self {
-        Wheel {
+        Geometry {
             elapsed: 0,
             occupied: [0; LEVELS],
         }
@@ -123,7 +123,7 @@ mod tests {
 
     #[test]
     fn near_ticks_go_to_level_zero_in_their_own_slot() {
-        let wheel = Wheel::new();
+        let wheel = Geometry::new();
         assert_eq!(wheel.position(1), (0, 1));
         assert_eq!(wheel.position(63), (0, 63));
         assert_eq!(wheel.position(64), (1, 1));
@@ -132,13 +132,13 @@ mod tests {
 
     #[test]
     fn far_ticks_are_clamped_to_the_top_level() {
-        let wheel = Wheel::new();
+        let wheel = Geometry::new();
         assert_eq!(wheel.position(u64::MAX).0, LEVELS - 1);
     }
 
     #[test]
     fn next_expiration_is_the_start_of_the_slot_range() {
-        let mut wheel = Wheel::new();
+        let mut wheel = Geometry::new();
         wheel.elapsed = 10;
         let (level, slot) = wheel.position(200);
         wheel.set_occupied(level, slot, true);

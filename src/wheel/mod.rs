@@ -1,6 +1,6 @@
 //! The deadline structure: a hierarchical wheel of slots holding entries, plus the ready
 //! queue of entries that are due. `mod.rs` holds the structure and its operations,
-//! `wheel.rs` the wheel's geometry (levels, slots, which slot a deadline goes to).
+//! `geometry.rs` the wheel's geometry (levels, slots, which slot a deadline goes to).
 //!
 //! # Ground rules
 //!
@@ -21,11 +21,11 @@
 //!
 //! The structure is single-threaded; the scheduler keeps it under its core lock.
 
-mod wheel;
+mod geometry;
 
 use std::collections::VecDeque;
 
-use wheel::{LEVELS, SLOTS, Wheel};
+use geometry::{Geometry, LEVELS, SLOTS};
 
 /// Values per chunk of a slot.
 const CHUNK: usize = 64;
@@ -59,8 +59,8 @@ fn push_chunked<T>(chunks: &mut Vec<Vec<T>>, spare: &mut Vec<Vec<T>>, value: T) 
 
 /// Timer entries, placed by deadline.
 #[derive(Debug)]
-pub(crate) struct Timers<T> {
-    wheel: Wheel,
+pub(crate) struct Wheel<T> {
+    geometry: Geometry,
     slots: Box<[Bag<T>]>,
     ready: VecDeque<(u64, T)>,
     tick_units: u64,
@@ -68,11 +68,11 @@ pub(crate) struct Timers<T> {
     spare: Vec<Vec<T>>,
 }
 
-impl<T> Timers<T> {
+impl<T> Wheel<T> {
     /// An empty structure whose tick (and so coalescing window) is `tick_units`.
     pub(crate) fn new(tick_units: u64) -> Self {
-        Timers {
-            wheel: Wheel::new(),
+        Wheel {
+            geometry: Geometry::new(),
             slots: (0..LEVELS * SLOTS)
                 .map(|_| Bag {
                     chunks: Vec::new(),
@@ -99,7 +99,7 @@ impl<T> Timers<T> {
 
     fn place(&mut self, value: T, deadline: u64, now: u64) {
         let tick = deadline.div_ceil(self.tick_units);
-        if deadline <= now || tick <= self.wheel.elapsed {
+        if deadline <= now || tick <= self.geometry.elapsed {
             let at = self.ready.partition_point(|(due, _)| *due <= deadline);
             self.ready.insert(at, (deadline, value));
         } else {
@@ -114,13 +114,13 @@ impl<T> Timers<T> {
         self.len += 1;
         let tick = deadline
             .div_ceil(self.tick_units)
-            .max(self.wheel.elapsed + 1);
+            .max(self.geometry.elapsed + 1);
         self.place_in_wheel(value, tick);
     }
 
     fn place_in_wheel(&mut self, value: T, tick: u64) {
-        let (level, slot) = self.wheel.position(tick);
-        self.wheel.set_occupied(level, slot, true);
+        let (level, slot) = self.geometry.position(tick);
+        self.geometry.set_occupied(level, slot, true);
         let bag = &mut self.slots[level * SLOTS + slot];
         bag.first_tick = bag.first_tick.min(tick);
         push_chunked(&mut bag.chunks, &mut self.spare, value);
@@ -130,12 +130,12 @@ impl<T> Timers<T> {
     /// drops it (`None`) or returns it with the deadline it waits for now.
     pub(crate) fn expire(&mut self, now: u64, mut decide: impl FnMut(T) -> Option<(T, u64)>) {
         let now_tick = now / self.tick_units;
-        while let Some(exp) = self.wheel.next_expiration() {
+        while let Some(exp) = self.geometry.next_expiration() {
             if exp.tick > now_tick {
                 break;
             }
-            self.wheel.elapsed = exp.tick;
-            self.wheel.set_occupied(exp.level, exp.slot, false);
+            self.geometry.elapsed = exp.tick;
+            self.geometry.set_occupied(exp.level, exp.slot, false);
             let bag = &mut self.slots[exp.level * SLOTS + exp.slot];
             bag.first_tick = u64::MAX;
             let chunks = std::mem::take(&mut bag.chunks);
@@ -151,8 +151,8 @@ impl<T> Timers<T> {
                 }
             }
         }
-        if now_tick > self.wheel.elapsed {
-            self.wheel.elapsed = now_tick;
+        if now_tick > self.geometry.elapsed {
+            self.geometry.elapsed = now_tick;
         }
     }
 
@@ -189,14 +189,14 @@ impl<T> Timers<T> {
         if self.has_ready() {
             return Some(now);
         }
-        self.wheel.next_expiration().map(|exp| {
+        self.geometry.next_expiration().map(|exp| {
             let first = self.slots[exp.level * SLOTS + exp.slot].first_tick;
             // Capped at the slot's end: a top-level slot also holds deadlines past the
             // horizon, re-placed when it comes round, and every later slot starts at or
             // after that end, so waking later could sleep past them.
             let end = exp
                 .tick
-                .saturating_add(1u64 << (exp.level as u32 * wheel::SLOT_BITS));
+                .saturating_add(1u64 << (exp.level as u32 * geometry::SLOT_BITS));
             exp.tick.max(first.min(end)).saturating_mul(self.tick_units)
         })
     }
@@ -217,7 +217,7 @@ impl<T> Timers<T> {
         let mut len = self.ready.len();
         let mut order: Vec<(u64, usize)> = (0..LEVELS * SLOTS)
             .filter(|&index| !self.slots[index].chunks.is_empty())
-            .map(|index| (self.wheel.slot_tick(index / SLOTS, index % SLOTS), index))
+            .map(|index| (self.geometry.slot_tick(index / SLOTS, index % SLOTS), index))
             .collect();
         order.sort_unstable();
         for (_, index) in order {
@@ -235,7 +235,7 @@ impl<T> Timers<T> {
                     self.spare.push(chunk);
                 }
             }
-            self.wheel
+            self.geometry
                 .set_occupied(index / SLOTS, index % SLOTS, !kept.is_empty());
             if kept.is_empty() {
                 bag.first_tick = u64::MAX;
@@ -255,7 +255,7 @@ impl<T> Timers<T> {
             }
             bag.first_tick = u64::MAX;
         }
-        self.wheel = Wheel::new();
+        self.geometry = Geometry::new();
         self.len = 0;
         all
     }
@@ -270,7 +270,7 @@ mod tests {
         Some((value, value.1))
     }
 
-    fn drain_ready(timers: &mut Timers<(&'static str, u64)>) -> Vec<&'static str> {
+    fn drain_ready(timers: &mut Wheel<(&'static str, u64)>) -> Vec<&'static str> {
         let mut out = Vec::new();
         while let Some((_, (name, _))) = timers.pop_ready() {
             out.push(name);
@@ -280,7 +280,7 @@ mod tests {
 
     #[test]
     fn entries_expire_in_deadline_order_and_never_early() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         for value in [("c", 35), ("a", 10), ("b", 30), ("far", 700_000)] {
             timers.insert(value, value.1, 0);
         }
@@ -297,7 +297,7 @@ mod tests {
 
     #[test]
     fn dropped_values_never_come_back_and_moved_ones_wait() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         timers.insert(("a", 50), 50, 0);
         timers.insert(("b", 50), 50, 0);
         timers.insert(("later", 50), 50, 0);
@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn next_wake_is_the_first_occupied_slot() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         assert_eq!(timers.next_wake(0), None);
         timers.insert(("a", 21), 21, 0);
         assert_eq!(timers.next_wake(0), Some(30));
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn retain_keeps_exactly_the_accepted_values_in_place() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         for i in 0..300u64 {
             timers.insert(("x", 100 + i), 100 + i, 0);
         }
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn retain_offers_values_in_processing_order() {
-        let mut timers = Timers::new(1);
+        let mut timers = Wheel::new(1);
         for deadline in [5_000u64, 70, 3, 64 * 64 * 3, 200] {
             timers.insert(("x", deadline), deadline, 0);
         }
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn saturated_deadlines_stay_in_the_wheel() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         timers.insert(("never", u64::MAX), u64::MAX, 0);
         for step in 1..200u64 {
             timers.expire(step * 1_000_000_000, keep);
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn many_values_in_one_slot_use_whole_chunks() {
-        let mut timers = Timers::new(10);
+        let mut timers = Wheel::new(10);
         for i in 0..1000 {
             timers.insert(("x", 500 + i % 3), 500, 0);
         }
@@ -392,7 +392,7 @@ mod tests {
             seed
         };
         const TICK: u64 = 10;
-        let mut timers: Timers<(u32, u64)> = Timers::new(TICK);
+        let mut timers: Wheel<(u32, u64)> = Wheel::new(TICK);
         // Live values by id; a value whose id is gone is stale and must be dropped.
         let mut live: std::collections::HashMap<u32, u64> = Default::default();
         let mut now = 0u64;
