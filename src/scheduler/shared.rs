@@ -14,7 +14,7 @@ use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
 use crate::scheduler::work::entry::{Entry, Placement};
-use crate::scheduler::work::registry::Registry;
+use crate::scheduler::work::listing::Registry;
 use crate::scheduler::work::state::{
     DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
 };
@@ -172,7 +172,7 @@ pub(crate) struct Shared {
     /// locked arm that moves it earlier lowers it (`kick`), a lock-free arm only moves a
     /// deadline later, and `run_due` recomputes it.
     pub(super) host_wake_ns: AtomicU64,
-    /// T: the live works, for `Scheduler::works` (see `registry`).
+    /// T: the live works, for `Scheduler::works` (see `listing`).
     pub(crate) registry: std::sync::Mutex<Registry>,
     /// A (loom models only): this manual scheduler stamps long timeouts with ticks, on its
     /// virtual clock (see `hooks::stamp_with_ticks_for_loom`).
@@ -300,7 +300,7 @@ impl Shared {
     pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
         let timers = core
             .wheel
-            .next_wake(crate::scheduler::work::run::now_units(now_ns))
+            .next_wake(crate::scheduler::work::state::now_units(now_ns))
             .map(crate::scheduler::work::state::units_to_ns);
         match (timers, self.touch_tick.next_refresh_ns()) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -364,7 +364,7 @@ impl Shared {
             // Due now: a new entry on the ready queue, since the live one (if any) may
             // wait for a later tick.
             let due_now = new.has(PENDING)
-                && new.deadline() <= crate::scheduler::work::run::now_units(now_ns)
+                && new.deadline() <= crate::scheduler::work::state::now_units(now_ns)
                 && old != new;
             let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
             if old != new && !work.header().state.cas(old, new) {
@@ -381,7 +381,7 @@ impl Shared {
                 core.wheel.insert(
                     Entry::new(work, epoch),
                     deadline,
-                    crate::scheduler::work::run::now_units(now_ns),
+                    crate::scheduler::work::state::now_units(now_ns),
                 );
                 let deadline_ns = crate::scheduler::work::state::units_to_ns(deadline);
                 // `kick` counts a new timer setting from now; it sets one only for a

@@ -23,7 +23,7 @@
 //! [`Closure`] sound. It is dropped *explicitly*, by whoever ends the work's life: the
 //! handle's drop once no run is in progress, or the runner of a run that was in progress
 //! when the handle went (`ORPHANED`). That sets `CLOSURE_DROPPED`, after unlisting the work
-//! from the [registry](crate::scheduler::work::registry) of live works. The allocation
+//! from the [registry](crate::scheduler::work::listing) of live works. The allocation
 //! itself is freed by the last `WorkRef`, which may be a stale timer entry dropped under
 //! the core lock: that drop runs no user code, because the closure is gone by then.
 //!
@@ -40,7 +40,7 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, fence};
 
-use super::registry::NOT_LISTED;
+use super::listing::NOT_LISTED;
 use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{
     CLOSURE_DROPPED, NAMED, PERIOD_PARITY, State, StateCell, TIMEOUT,
@@ -64,7 +64,7 @@ pub(crate) struct Header {
     /// A: the number of [`WorkRef`]s (the allocation's owners); there is no weak count.
     refs: AtomicU32,
     /// T (the scheduler's registry lock for writes; relaxed reads may be stale): the
-    /// work's slot in the registry of live works, or `NOT_LISTED` (see `registry`).
+    /// work's slot in the registry of live works, or `NOT_LISTED` (see `listing`).
     registry_key: AtomicU32,
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: StateCell,
@@ -121,7 +121,7 @@ impl Header {
             .store(period_ns.min(PERIOD_MAX_NS) | parity, Ordering::Release);
     }
 
-    /// The work's slot in the registry (see `registry`).
+    /// The work's slot in the registry (see `listing`).
     pub(crate) fn registry_key(&self) -> u32 {
         self.registry_key.load(Ordering::Relaxed)
     }

@@ -19,7 +19,7 @@
 //! - [`stats`]: per-work statistics.
 //! - [`ctx`]: [`Ctx`] and [`Next`], what a callback sees and returns.
 //! - [`names`]: the table of custom names.
-//! - [`registry`]: the list of a scheduler's live works, for `Scheduler::works`.
+//! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`.
 //! - [`object`]: per-object works (`work_for`, `every_for`, `timeout_for`).
 //!
 //! # The state machine
@@ -77,9 +77,9 @@ pub(crate) mod cancel;
 pub(crate) mod ctx;
 pub(crate) mod entry;
 pub(crate) mod handle;
+pub(crate) mod listing;
 pub(crate) mod names;
 pub(crate) mod object;
-pub(crate) mod registry;
 pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod stats;
@@ -89,7 +89,7 @@ pub(crate) mod touch_tick;
 pub(crate) use allocation::{Callback, Header, WorkInner, WorkRef};
 pub use ctx::{Ctx, Next};
 pub use handle::Work;
+pub use listing::WorkInfo;
 pub use object::ObjectRef;
-pub use registry::WorkInfo;
 pub(crate) use stats::StatsCounters;
 pub use stats::WorkStats;

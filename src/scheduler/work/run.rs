@@ -16,9 +16,9 @@ use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::state::{
-    DEADLINE_NEVER, DEADLINE_UNIT_NS, DETACHED, FIRING, FLUSH_TAKEOVER, ORPHANED, PENDING,
-    POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, State, TIMEOUT,
-    TOUCHED_IN_RUN, YIELDED, units_ceil, units_to_ns,
+    DETACHED, FIRING, FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING,
+    RUNNING_INCREMENT, STOPPED, State, TIMEOUT, TOUCHED_IN_RUN, YIELDED, now_units, units_ceil,
+    units_to_ns,
 };
 use crate::sync::{Ordering, fence, load_ordered_after_seqcst_writes};
 
@@ -64,12 +64,6 @@ fn retag(entry: Entry, epoch: Option<u8>) -> Entry {
         Some(epoch) => entry.retagged(epoch),
         None => entry,
     }
-}
-
-/// A time in deadline units, rounded down, and short of the saturated deadline: a
-/// never-due work stays never due even after `advance(Duration::MAX)`.
-pub(crate) fn now_units(now_ns: u64) -> u64 {
-    (now_ns / DEADLINE_UNIT_NS).min(DEADLINE_NEVER - 1)
 }
 
 impl Shared {
@@ -471,7 +465,7 @@ pub(crate) fn leave_forked_child<T>(value: T) -> T {
     }
 }
 
-/// Ends a work's life: unlists it from `shared`'s live works (see `registry`), then drops
+/// Ends a work's life: unlists it from `shared`'s live works (see `listing`), then drops
 /// its closure, whose destructor is user code.
 pub(crate) fn drop_contained(shared: &Shared, work: &WorkRef) {
     shared.unregister(work);

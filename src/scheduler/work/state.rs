@@ -166,6 +166,12 @@ pub(crate) fn units_to_ns(units: u64) -> u64 {
     }
 }
 
+/// A time in deadline units, rounded down, and short of the saturated deadline: a
+/// never-due work stays never due even after `advance(Duration::MAX)`.
+pub(crate) fn now_units(now_ns: u64) -> u64 {
+    (now_ns / DEADLINE_UNIT_NS).min(DEADLINE_NEVER - 1)
+}
+
 /// The state word itself. Every transition goes through its methods: a plain load, a
 /// CAS of the whole word, a CAS loop ([`update`](Self::update)), and the two flag edits
 /// that no other writer decides on (`NAMED`, `CLOSURE_DROPPED`, a touch clearing
