@@ -15,9 +15,7 @@ use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
 use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::listing::Registry;
-use crate::scheduler::work::state::{
-    DEADLINE_UNIT_NS, DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, YIELDED, units_ceil,
-};
+use crate::scheduler::work::state::{DEADLINE_UNIT_NS, State, units_ceil};
 use crate::scheduler::work::touch_tick::TouchTick;
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::wheel::Wheel;
@@ -363,7 +361,7 @@ impl Shared {
             }
             // Due now: a new entry on the ready queue, since the live one (if any) may
             // wait for a later tick.
-            let due_now = new.has(PENDING)
+            let due_now = new.is_pending()
                 && new.deadline() <= crate::scheduler::work::state::now_units(now_ns)
                 && old != new;
             let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
@@ -371,7 +369,7 @@ impl Shared {
                 continue;
             }
             if let Some(epoch) = epoch {
-                if old.has(QUEUED) {
+                if old.has_live_entry() {
                     self.note_stale(core, 1);
                 }
                 let deadline = new.deadline();
@@ -421,11 +419,11 @@ impl Shared {
                 if !state.is_live_entry(entry.epoch()) {
                     return false;
                 }
-                if state.has(PENDING) {
+                if state.is_pending() {
                     return kept.insert(entry.address());
                 }
                 // Live but disarmed (cancelled): drop it, and with it the claim.
-                if header.state.cas(state, state.without(QUEUED)) {
+                if header.state.cas(state, state.without_entry()) {
                     return false;
                 }
             }
@@ -437,7 +435,7 @@ impl Shared {
         let mut armed = HashSet::new();
         core.wheel.for_each(|entry| {
             let state = entry.header().state.load();
-            if state.is_live_entry(entry.epoch()) && state.has(PENDING) {
+            if state.is_live_entry(entry.epoch()) && state.is_pending() {
                 armed.insert(entry.address());
             }
         });
@@ -571,20 +569,14 @@ impl Shared {
         let entries = core.wheel.drain();
         let mut ended = Vec::new();
         for entry in &entries {
-            let (old, _) = entry
+            // A detached work's life ends with the scheduler (a running one's ends when
+            // its run completes, with its re-arm refused).
+            let (old, new) = entry
                 .header()
                 .state
-                .update(|state| {
-                    let mut new = state.without(PENDING | YIELDED | QUEUED);
-                    if state.has(DETACHED) && !state.has(RUNNING) {
-                        // A detached work's life ends with the scheduler (a running one's
-                        // ends when its run completes, with its re-arm refused).
-                        new.set(ORPHANED);
-                    }
-                    Some(new)
-                })
+                .update(|state| Some(state.drained()))
                 .expect("the edit always applies");
-            if old.has(DETACHED) && !old.has(RUNNING | ORPHANED) {
+            if new.is_orphaned() && !old.is_orphaned() {
                 ended.push(entry.work_ref());
             }
         }

@@ -10,9 +10,7 @@ use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{CoreGuard, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::run::{Executed, Taken, leave_forked_child};
-use crate::scheduler::work::state::{
-    FLUSH_TAKEOVER, PENDING, QUEUED, RUNNING, RUNNING_INCREMENT, TIMEOUT, YIELDED,
-};
+
 use crate::scheduler::{Work, WorkRef};
 use crate::sync::load_ordered_after_seqcst_writes;
 
@@ -34,7 +32,7 @@ impl Shared {
     ) -> CoreGuard<'a> {
         let done_at = work.header().stats.runs() + 1;
         core.run_waiters += 1;
-        while work.header().state.load().has(RUNNING) && work.header().stats.runs() < done_at {
+        while work.header().state.load().is_running() && work.header().stats.runs() < done_at {
             core = core.wait(&self.run_done);
         }
         core.run_waiters -= 1;
@@ -49,13 +47,13 @@ impl Shared {
             return false;
         };
         let state = work.header().state.load();
-        if !state.has(PENDING | RUNNING) || (waiting == Waiting::Never && state.has(RUNNING)) {
+        if !state.is_pending_or_running() || (waiting == Waiting::Never && state.is_running()) {
             return false;
         }
         // A flush covers the instance pending when it started, plus the increments of a
         // yielding work. While it lasts, workers leave `Yield` increments to it
         // (`FLUSH_TAKEOVER`), so the takeover does not depend on who gets the lock first.
-        let mut take_pending = state.has(PENDING);
+        let mut take_pending = state.is_pending();
         let mut waited = false;
         let mut ran_here = false;
         let mut flusher = None;
@@ -64,14 +62,14 @@ impl Shared {
         let mut lend_failure = None;
         work.header()
             .state
-            .update(|old| Some(old.with(FLUSH_TAKEOVER)));
+            .update(|old| Some(old.taken_over_by_a_flush()));
         let flushed = loop {
             let state = work.header().state.load();
             // The run in progress when the flush started, and a `Yield` increment a worker
             // took before the takeover began, are waited for; a run that `Again`/`After`
             // armed once the flush had waited for or run its instance is not (a busy
             // self-re-arming work would never let `flush` return).
-            if state.has(RUNNING) && (!(waited || ran_here) || state.has(RUNNING_INCREMENT)) {
+            if state.is_running() && (!(waited || ran_here) || state.runs_an_increment()) {
                 if waiting == Waiting::Never {
                     // A worker holds it (an increment it took before the takeover): help
                     // no further.
@@ -101,9 +99,9 @@ impl Shared {
                 continue;
             }
             if core.shutdown
-                || state.has(RUNNING)
-                || !state.has(PENDING)
-                || !(take_pending || state.has(YIELDED))
+                || state.is_running()
+                || !state.is_pending()
+                || !(take_pending || state.is_yield_increment())
             {
                 break waited || ran_here;
             }
@@ -112,7 +110,7 @@ impl Shared {
             if !work.header().state.cas(state, running) {
                 continue;
             }
-            if state.has(QUEUED) {
+            if state.has_live_entry() {
                 // Its entry stays behind, stale.
                 self.note_stale(&mut core, 1);
             }
@@ -120,7 +118,7 @@ impl Shared {
             ran_here = true;
             let deadline_ns = crate::scheduler::work::state::units_to_ns(state.deadline());
             let touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
-            if state.has(TIMEOUT) {
+            if state.is_timeout() {
                 self.taking_timeout_run(touch_stamp);
             }
             core.lending.stats.helped += 1;
@@ -146,9 +144,7 @@ impl Shared {
         // Hand a left-over increment (one a worker skipped for us) back to the workers:
         // it has no live entry, so `commit` links one.
         let now = self.now_ns();
-        self.commit(&mut core, work, now, |old| {
-            Some(old.without(FLUSH_TAKEOVER))
-        });
+        self.commit(&mut core, work, now, |old| Some(old.flush_takeover_ended()));
         drop(core);
         if let Some(cycle) = cycle {
             cycle.report();

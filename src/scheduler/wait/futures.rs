@@ -32,7 +32,6 @@ use crate::scheduler::shared::{CoreGuard, RunWaker, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::cancel::{CancelStart, Release, Waiter};
 use crate::scheduler::work::run::drop_contained;
-use crate::scheduler::work::state::RUNNING;
 
 /// Tells the futures' waker registrations apart.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
@@ -106,7 +105,7 @@ impl Shared {
 impl CancelWait {
     /// Whether the awaited run is over; call under the core lock.
     fn run_over(work: &WorkRef, done_at: u64) -> bool {
-        !work.header().state.load().has(RUNNING) || work.header().stats.runs() >= done_at
+        !work.header().state.load().is_running() || work.header().stats.runs() >= done_at
     }
 
     /// Ends the wait (under the lock), then frees a released closure if the run is over.

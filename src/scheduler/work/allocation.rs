@@ -42,13 +42,11 @@ use std::sync::atomic::{AtomicU32, fence};
 
 use super::listing::NOT_LISTED;
 use super::{Ctx, Next, StatsCounters, names};
-use crate::scheduler::work::state::{
-    CLOSURE_DROPPED, NAMED, PERIOD_PARITY, State, StateCell, TIMEOUT,
-};
+use crate::scheduler::work::state::{State, StateCell};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The top bit of a `work()`'s period word: the parity of the arm that stored it (see
-/// [`PERIOD_PARITY`]). Periods saturate below it, at 292 years.
+/// `PERIOD_PARITY`). Periods saturate below it, at 292 years.
 const PERIOD_PARITY_BIT: u64 = 1 << 63;
 /// The longest period a period word holds.
 pub(crate) const PERIOD_MAX_NS: u64 = PERIOD_PARITY_BIT - 1;
@@ -94,7 +92,7 @@ impl Header {
     /// [`settled_period`](Self::settled_period)).
     #[inline]
     fn period_ns(&self, idle_ns: impl FnOnce() -> u64) -> u64 {
-        if self.state.load().has(TIMEOUT) {
+        if self.state.load().is_timeout() {
             idle_ns()
         } else {
             self.period_or_touch.load(Ordering::Relaxed) & !PERIOD_PARITY_BIT
@@ -102,14 +100,14 @@ impl Header {
     }
 
     /// A `work()`'s period as of `state`, a word read before this call, or `None` while
-    /// the arm that flipped `state`'s [`PERIOD_PARITY`] has not stored its period yet
+    /// the arm that flipped `state`'s `PERIOD_PARITY` has not stored its period yet
     /// (see the ground rules in `state`). Read after `state` (acquire), a matching parity
     /// is that arm's store or a later one.
     #[inline]
     pub(crate) fn settled_period(&self, state: State) -> Option<u64> {
         let word = self.period_or_touch.load(Ordering::Acquire);
         let parity = word & PERIOD_PARITY_BIT != 0;
-        (parity == state.has(PERIOD_PARITY)).then_some(word & !PERIOD_PARITY_BIT)
+        (parity == state.period_parity()).then_some(word & !PERIOD_PARITY_BIT)
     }
 
     /// Stores a `work()`'s period with the parity its arm's CAS set (release: a reader
@@ -132,7 +130,7 @@ impl Header {
     }
 
     /// A header for a work whose closure is a `C`, with one reference.
-    fn new<C: Callback>(state: u64, period_ns: u64) -> Self {
+    fn new<C: Callback>(state: State, period_ns: u64) -> Self {
         Header {
             widen: widen::<C>,
             refs: AtomicU32::new(1),
@@ -212,7 +210,7 @@ unsafe impl Sync for WorkRef {}
 
 impl WorkRef {
     /// Allocates a work whose closure is `callback`: the first reference.
-    pub(crate) fn new<C: Callback>(state: u64, period_ns: u64, callback: C) -> WorkRef {
+    pub(crate) fn new<C: Callback>(state: State, period_ns: u64, callback: C) -> WorkRef {
         let inner = Box::new(WorkInner {
             header: Header::new::<C>(state, period_ns),
             callback,
@@ -345,7 +343,7 @@ pub(crate) struct WorkInner<C: ?Sized> {
 impl WorkInner<dyn Callback> {
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
-        if self.header.state.load().has(NAMED) {
+        if self.header.state.load().is_named() {
             if let Some(name) = names::get(self.address()) {
                 return name;
             }
@@ -356,7 +354,7 @@ impl WorkInner<dyn Callback> {
     /// Gives the work a custom name.
     pub(crate) fn set_name(&self, name: Box<str>) {
         names::push(self.address(), name);
-        self.header.state.set_flag(NAMED);
+        self.header.state.mark_named();
     }
 
     /// The address that identifies the work (in the name table, the wait graph and the
@@ -389,12 +387,7 @@ impl WorkInner<dyn Callback> {
     pub(crate) unsafe fn drop_closure(&self) {
         // Marked first: if the destructor panics, the closure counts as dropped (its
         // remains are leaked, never dropped twice).
-        if self
-            .header
-            .state
-            .set_flag(CLOSURE_DROPPED)
-            .has(CLOSURE_DROPPED)
-        {
+        if self.header.state.mark_closure_dropped() {
             return;
         }
         // SAFETY: forwarded from the caller.
@@ -414,21 +407,21 @@ impl WorkInner<dyn Callback> {
     /// The caller holds `RUNNING` for the run that called the closure.
     pub(crate) unsafe fn mark_consumed(&self) {
         debug_assert!(self.is_once());
-        self.header.state.set_flag(CLOSURE_DROPPED);
+        self.header.state.mark_closure_dropped();
     }
 }
 
 impl<C: ?Sized> Drop for WorkInner<C> {
     fn drop(&mut self) {
         let state = self.header.state.load();
-        if state.has(NAMED) {
+        if state.is_named() {
             names::remove(self as *const Self as *const u8 as usize);
         }
         // Every path that ends a work's life drops the closure before the last reference
         // goes (see the module docs); a leaked handle never gets here. So nothing is
         // left to drop, and no user code runs wherever this drop happens.
         debug_assert!(
-            state.has(CLOSURE_DROPPED),
+            state.closure_dropped(),
             "a work's allocation was freed with its closure still alive"
         );
         debug_assert_eq!(
@@ -577,10 +570,15 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::work::state::Kind;
 
     #[test]
     fn a_count_past_max_refs_saturates_and_the_work_is_never_freed() {
-        let work = WorkRef::new(0, 0, Closure::new(|_: &mut Ctx<'_>| Next::Park));
+        let work = WorkRef::new(
+            State::new_work(Kind::FollowsArms),
+            0,
+            Closure::new(|_: &mut Ctx<'_>| Next::Park),
+        );
         let refs = || work.header().refs.load(Ordering::Relaxed);
         // As if two billion references had been leaked (forgotten futures, say).
         work.header().refs.store(MAX_REFS - 2, Ordering::Relaxed);

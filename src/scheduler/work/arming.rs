@@ -32,9 +32,7 @@ use super::{Header, WorkRef};
 use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
-use crate::scheduler::work::state::{
-    DETACHED, ORPHANED, PENDING, QUEUED, RUNNING, State, TIMEOUT, TOUCHED_IN_RUN,
-};
+use crate::scheduler::work::state::State;
 
 /// What a lock-free arming attempt did.
 enum Fast {
@@ -60,10 +58,12 @@ impl Shared {
         let header = work.header();
         loop {
             let old = header.state.load();
-            if only_if_idle && old.has(PENDING) {
+            if only_if_idle && old.is_pending() {
                 return Fast::AlreadyPending;
             }
-            if !old.has(QUEUED) || old.refuses_arm() || !Shared::entry_serves(header, old, deadline)
+            if !old.has_live_entry()
+                || old.refuses_arm()
+                || !Shared::entry_serves(header, old, deadline)
             {
                 return Fast::Slow;
             }
@@ -102,7 +102,7 @@ impl Shared {
     }
 
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
-        if work.header().state.load().has(PENDING) {
+        if work.header().state.load().is_pending() {
             return false;
         }
         self.arm(work, delay, true).is_some()
@@ -110,7 +110,7 @@ impl Shared {
 
     pub(crate) fn reschedule(&self, work: &WorkRef, delay: Duration) -> bool {
         self.arm(work, delay, false)
-            .is_some_and(|old| old.has(PENDING))
+            .is_some_and(|old| old.is_pending())
     }
 
     /// Arms for now + `delay` (unless pending, with `only_if_idle`): lock-free when the
@@ -161,7 +161,7 @@ impl Shared {
             let committed = self.commit_at(&mut core, work, now, exact, |old| {
                 stores_period = None;
                 held_off = false;
-                if (only_if_idle && old.has(PENDING)) || old.refuses_arm() {
+                if (only_if_idle && old.is_pending()) || old.refuses_arm() {
                     return None;
                 }
                 let mut new = old;
@@ -234,8 +234,8 @@ impl Shared {
         // is certainly sooner than `now + delay`.
         let earliest = self.now_lower_for_delay(delay_ns);
         let state = work.header().state.load();
-        if state.has(PENDING)
-            && !state.has(TIMEOUT)
+        if state.is_pending()
+            && !state.is_timeout()
             && state.deadline() <= Shared::deadline_after(earliest, delay_ns)
         {
             return false; // already due sooner: nothing to do, and no lock
@@ -253,7 +253,7 @@ impl Shared {
         let postponed_to = self.postponed_to(work);
         self.commit(&mut core, work, now, |old| {
             let effective = old.deadline().max(postponed_to);
-            if old.refuses_arm() || (old.has(PENDING) && effective <= deadline.max(postponed_to)) {
+            if old.refuses_arm() || (old.is_pending() && effective <= deadline.max(postponed_to)) {
                 return None;
             }
             let mut new = old;
@@ -266,7 +266,7 @@ impl Shared {
     /// The pending deadline (a timeout work's postponed one), if pending.
     pub(crate) fn deadline_ns(&self, work: &WorkRef) -> Option<u64> {
         let state = work.header().state.load();
-        if !state.has(PENDING) {
+        if !state.is_pending() {
             return None;
         }
         let due = state.deadline().max(self.postponed_to(work));
@@ -294,28 +294,20 @@ impl Shared {
         let (_, new) = work
             .header()
             .state
-            .update(|old| {
-                let mut new = old.with(DETACHED);
-                if shutdown || !old.has(PENDING | RUNNING) || old.refuses_arm() {
-                    // Nothing will run it again: its life ends here.
-                    new.disarm();
-                    new.set(ORPHANED);
-                }
-                Some(new)
-            })
+            .update(|old| Some(old.detached(shutdown)))
             .expect("the edit always applies");
         drop(core);
-        new.has(ORPHANED) && !new.has(RUNNING)
+        new.is_orphaned() && !new.is_running()
     }
 
     #[inline]
     pub(crate) fn touch(&self, work: &WorkRef) {
         // The fast path: one SeqCst load (a plain load on x86). See the module docs.
-        let state = work.header().state.load_after_seqcst_writes().0;
-        if state & (PENDING | TIMEOUT) == PENDING {
+        let state = work.header().state.load_after_seqcst_writes();
+        if state.is_armed_periodic() {
             return;
         }
-        if state & TIMEOUT != 0 {
+        if state.is_timeout() {
             // Inline as well: a timeout's touch is a few loads, and a call would be a
             // good part of it.
             self.touch_timeout(work);
@@ -343,26 +335,24 @@ impl Shared {
         let now = self.now_ns();
         let armed = self.commit(&mut core, work, now, |old| {
             // A timeout work that became armed or running meanwhile has the new stamp.
-            let busy = if old.has(TIMEOUT) {
-                PENDING | RUNNING
+            let busy = if old.is_timeout() {
+                old.is_pending_or_running()
             } else {
-                PENDING
+                old.is_pending()
             };
-            if old.has(busy) || old.refuses_touch() {
+            if busy || old.refuses_touch() {
                 return None;
             }
-            if old.has(RUNNING) {
+            if old.is_running() {
                 // A touch during a run only turns the callback's `Park` into
                 // "armed"; whatever else it decides stands (see `complete`).
-                return Some(old.with(TOUCHED_IN_RUN));
+                return Some(old.touched_during_run());
             }
             let period = self.period_of(work, old).max(self.slack_ns());
-            let mut new = old;
-            new.arm(Shared::deadline_after(now, period));
-            Some(new)
+            Some(old.armed(Shared::deadline_after(now, period)))
         });
         if let Some((old, _)) = armed {
-            if old.has(TIMEOUT) && self.stamps_with_ticks(work) && self.touch_tick.note_touch() {
+            if old.is_timeout() && self.stamps_with_ticks(work) && self.touch_tick.note_touch() {
                 // Its touches postpone it from now on: the tick must move.
                 self.wake_touch_tick_locked(&mut core, now);
             }

@@ -6,10 +6,7 @@ use super::WorkRef;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::cycles::WaitCycle;
 use crate::scheduler::wait::{cycles as waits, frames};
-use crate::scheduler::work::state::{
-    CANCEL_WAITING, DISABLE_MAX, DISABLED, ORPHANED, PENDING, QUEUED, REARM_REFUSED, RUNNING,
-    STOPPED,
-};
+use crate::scheduler::work::state::{DISABLE_MAX, Refusal};
 
 /// Whether a cancel comes from a dropped handle, whose closure must then be freed by
 /// whoever ends the work's last run.
@@ -53,16 +50,7 @@ impl Shared {
         if self.is_forked_copy() {
             return false;
         }
-        work.header()
-            .state
-            .update(|old| {
-                old.has(PENDING).then(|| {
-                    let mut new = old;
-                    new.disarm();
-                    new
-                })
-            })
-            .is_some()
+        work.header().state.update(|old| old.cancelled()).is_some()
     }
 
     pub(crate) fn cancel_sync(&self, work: &WorkRef) -> bool {
@@ -125,7 +113,7 @@ impl Shared {
         waiter: Waiter,
     ) -> CancelStart {
         let released = release != Release::Keep;
-        if released && work.header().state.load().has(ORPHANED) {
+        if released && work.header().state.load().is_orphaned() {
             // Released before (`drop_waiting`, then the handle's own drop).
             return CancelStart::Done {
                 was_pending: false,
@@ -140,7 +128,7 @@ impl Shared {
         // RUNNING only changes under the core lock (a take sets it, a completion clears
         // it), so what is decided here about the run in progress holds until the wait
         // releases the lock.
-        let running = work.header().state.load().has(RUNNING);
+        let running = work.header().state.load().is_running();
         let waiting = if !running {
             None
         } else if frames::is_running_here(work) {
@@ -161,28 +149,21 @@ impl Shared {
             .header()
             .state
             .update(|old| {
-                debug_assert_eq!(old.has(RUNNING), running, "RUNNING moved under the lock");
-                let mut new = old;
-                new.disarm();
-                new.set(STOPPED);
-                match &waiting {
-                    // "disable, flush, enable", as the kernel's cancel_delayed_work_sync,
-                    // with a refusal of its own that `enable()` cannot lift. A dropped
-                    // handle's work is orphaned once the wait is over.
-                    Some(Ok(_)) => new.set(CANCEL_WAITING),
-                    // Waiting would wait for ourselves: the run's own re-arm is refused
-                    // instead, and a dropped handle leaves the closure to the runner.
-                    Some(Err(_)) => new.set(REARM_REFUSED),
-                    None => {}
-                }
-                if released && !matches!(waiting, Some(Ok(_))) {
-                    new.set(ORPHANED);
-                }
-                Some(new)
+                debug_assert_eq!(old.is_running(), running, "RUNNING moved under the lock");
+                let refusal = match &waiting {
+                    // A dropped handle's work is orphaned once the wait is over.
+                    Some(Ok(_)) => Refusal::WhileWaiting,
+                    // Waiting would wait for ourselves: a dropped handle leaves the
+                    // closure to the runner.
+                    Some(Err(_)) => Refusal::OwnRearm,
+                    None => Refusal::None,
+                };
+                let orphan = released && refusal != Refusal::WhileWaiting;
+                Some(old.cancelled_sync(refusal, orphan))
             })
             .expect("the edit always applies");
-        let was_pending = old.has(PENDING);
-        if released && old.has(QUEUED) {
+        let was_pending = old.is_pending();
+        if released && old.has_live_entry() {
             // Nothing arms it again: its entry is garbage.
             self.note_stale(core, 1);
         }
@@ -224,21 +205,11 @@ impl Shared {
         }
         // One CAS again: a dropped handle's work goes from "refused while waiting" to
         // "orphaned" with no word in between that accepts an arm.
-        work.header().state.update(|old| {
-            let mut new = old;
-            if last_waiter {
-                new.clear(CANCEL_WAITING);
-                if old.has(RUNNING) {
-                    new.set(REARM_REFUSED);
-                }
-            }
-            if released {
-                // The run ended and re-arms stayed refused (or the run still refuses its
-                // own): nothing runs it again.
-                new.set(ORPHANED);
-            }
-            Some(new)
-        });
+        // A released work's run ended and re-arms stayed refused (or the run still
+        // refuses its own): nothing runs it again.
+        work.header()
+            .state
+            .update(|old| Some(old.cancel_wait_ended(last_waiter, released)));
     }
 
     pub(crate) fn disable(&self, work: &WorkRef) -> bool {
@@ -256,18 +227,14 @@ impl Shared {
         let (old, _) = work
             .header()
             .state
-            .update(|old| {
-                let mut new = old.with(DISABLED);
-                new.disarm();
-                Some(new)
-            })
+            .update(|old| Some(old.disabled()))
             .expect("the edit always applies");
         drop(core);
         if saturated {
             // Outside the lock: a subscriber is user code and may call into the scheduler.
             tracing::warn!(work = work.name(), "disable() nesting saturated");
         }
-        old.has(PENDING)
+        old.is_pending()
     }
 
     pub(crate) fn enable(&self, work: &WorkRef) {
@@ -281,9 +248,7 @@ impl Shared {
         *count -= 1;
         if *count == 0 {
             core.disable_counts.remove(&address);
-            work.header()
-                .state
-                .update(|old| Some(old.without(DISABLED)));
+            work.header().state.update(|old| Some(old.enabled()));
         }
     }
 

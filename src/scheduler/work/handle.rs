@@ -13,9 +13,7 @@ use crate::scheduler::shared::Shared;
 use crate::scheduler::work::allocation::{Callback, Closure, OnceClosure, TimeoutClosure, WorkRef};
 use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::run::drop_contained;
-use crate::scheduler::work::state::{
-    DISABLED, FIXED_PERIOD, PENDING, POISONED, RUNNING, State, TIMEOUT,
-};
+use crate::scheduler::work::state::{Kind, State};
 use crate::scheduler::work::timeout::PRECISE_TOUCH;
 
 /// The owning handle of a delayed work (the kernel's `struct delayed_work`).
@@ -89,9 +87,13 @@ impl Work {
     where
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
-        let flags = if fixed { FIXED_PERIOD } else { 0 };
+        let kind = if fixed {
+            Kind::FixedPeriod
+        } else {
+            Kind::FollowsArms
+        };
         let period_word = period_ns.min(PERIOD_MAX_NS);
-        Work::from_callback(scheduler, Closure::new(f), flags, period_word)
+        Work::from_callback(scheduler, Closure::new(f), kind, period_word)
     }
 
     /// A `once` work (see [`Scheduler::once`]), not armed yet.
@@ -99,7 +101,7 @@ impl Work {
     where
         F: FnOnce(&mut Ctx<'_>) + Send + 'static,
     {
-        Work::from_callback(scheduler, OnceClosure::new(f), 0, 0)
+        Work::from_callback(scheduler, OnceClosure::new(f), Kind::FollowsArms, 0)
     }
 
     /// A timeout work (see [`Scheduler::timeout`]); its period word is its touch stamp.
@@ -115,7 +117,7 @@ impl Work {
         Work::from_callback(
             scheduler,
             TimeoutClosure::new(idle_ns, f),
-            TIMEOUT | FIXED_PERIOD,
+            Kind::Timeout,
             precise,
         )
     }
@@ -123,10 +125,10 @@ impl Work {
     fn from_callback(
         scheduler: &Scheduler,
         callback: impl Callback,
-        flags: u64,
+        kind: Kind,
         period_word: u64,
     ) -> Work {
-        let work = WorkRef::new(flags, period_word, callback);
+        let work = WorkRef::new(State::new_work(kind), period_word, callback);
         scheduler.shared().register(&work);
         Work {
             inner: ManuallyDrop::new(work),
@@ -500,22 +502,22 @@ impl Work {
 
     /// Whether the work is armed (waiting for its deadline or due).
     pub fn is_pending(&self) -> bool {
-        self.state().has(PENDING)
+        self.state().is_pending()
     }
 
     /// Whether its callback is executing on some thread.
     pub fn is_running(&self) -> bool {
-        self.state().has(RUNNING)
+        self.state().is_running()
     }
 
     /// Whether its callback panicked (it never runs again).
     pub fn is_poisoned(&self) -> bool {
-        self.state().has(POISONED)
+        self.state().is_poisoned()
     }
 
     /// Whether [`disable`](Self::disable) levels are held.
     pub fn is_disabled(&self) -> bool {
-        self.state().has(DISABLED)
+        self.state().is_disabled()
     }
 
     /// The period used by [`Next::Again`] and [`touch`](Self::touch) (a timeout work's

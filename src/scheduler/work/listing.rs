@@ -36,7 +36,7 @@ use std::time::Instant;
 use super::{Header, WorkRef, WorkStats};
 use crate::scheduler::Scheduler;
 use crate::scheduler::shared::Shared;
-use crate::scheduler::work::state::{POISONED, RUNNING};
+
 use crate::sync::lock_std;
 
 /// A work's `registry_key` while it is not listed.
@@ -247,8 +247,8 @@ impl Scheduler {
                 name: work.name(),
                 stats: shared.stats_of(&work),
                 deadline: shared.deadline_of(&work),
-                running: state.has(RUNNING),
-                poisoned: state.has(POISONED),
+                running: state.is_running(),
+                poisoned: state.is_poisoned(),
             };
             f(&info);
         }

@@ -15,11 +15,7 @@ use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::{Entry, Placement};
-use crate::scheduler::work::state::{
-    DETACHED, FIRING, FLUSH_TAKEOVER, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING,
-    RUNNING_INCREMENT, STOPPED, State, TIMEOUT, TOUCHED_IN_RUN, YIELDED, now_units, units_ceil,
-    units_to_ns,
-};
+use crate::scheduler::work::state::{State, now_units, units_ceil, units_to_ns};
 use crate::sync::{Ordering, fence, load_ordered_after_seqcst_writes};
 
 /// A run that was taken and must now be executed.
@@ -76,20 +72,21 @@ impl Shared {
             if !state.is_live_entry(entry.epoch()) {
                 return Class::Stale;
             }
-            if !state.has(PENDING) {
-                if header.state.cas(state, state.without(QUEUED)) {
+            if !state.is_pending() {
+                if header.state.cas(state, state.without_entry()) {
                     return Class::Stale;
                 }
                 continue;
             }
             let mut due = state.deadline();
             let mut stamp = 0;
-            if state.has(TIMEOUT) {
-                if !state.has(FIRING) {
-                    if !header.state.cas(state, state.with(FIRING)) {
+            if state.is_timeout() {
+                if !state.is_firing() {
+                    let firing = state.firing();
+                    if !header.state.cas(state, firing) {
                         continue;
                     }
-                    state.set(FIRING);
+                    state = firing;
                 }
                 stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
                 due = due.max(self.touch_due(stamp, entry.work().period_ns()));
@@ -108,8 +105,8 @@ impl Shared {
                 header.stats.set_placement(Placement::encode(due, epoch));
                 return Class::Wait(due, Some(epoch));
             }
-            if state.has(RUNNING) || (state.has(FLUSH_TAKEOVER) && state.has(YIELDED)) {
-                if header.state.cas(state, state.without(QUEUED)) {
+            if state.is_running() || state.is_left_to_a_flusher() {
+                if header.state.cas(state, state.without_entry()) {
                     return Class::Stale;
                 }
                 continue;
@@ -293,65 +290,19 @@ impl Shared {
         core.completing_on_worker = worker_slot.is_some();
         let (_, state) = self
             .commit(&mut core, &work, now, |old| {
-                let mut new =
-                    old.without(RUNNING | RUNNING_INCREMENT | REARM_REFUSED | TOUCHED_IN_RUN);
-                match next {
-                    None => {
-                        new.set(POISONED);
-                        new.disarm();
-                    }
-                    Some(next) if !old.refuses_arm() && !shutdown => {
-                        // The period as of `old`: an arm that changed it before this CAS
-                        // has stored it (see `period_of`).
-                        let period = self.period_of(&work, old);
-                        self.apply_next(&mut new, next, now, period, yield_delay_ns);
-                        if next == Next::Park && old.has(TOUCHED_IN_RUN) && !new.has(PENDING) {
-                            // A touch during the run, and the callback parked: armed for
-                            // its period, as if the touch had come just after.
-                            new.arm(Shared::deadline_after(now, period.max(self.slack_ns())));
-                        }
-                    }
-                    // Shut down during the run: an instance armed meanwhile will never
-                    // run (the drain is over), so it is not left pending.
-                    Some(_) if shutdown => new.disarm(),
-                    Some(_) => {}
-                }
-                if once {
-                    // An instance armed during its one run will never run.
-                    new.disarm();
-                }
-                Some(new)
+                Some(self.after_run(&work, old, next, now, shutdown, yield_delay_ns))
             })
             .expect("the edit always applies");
-        if state.has(TIMEOUT) && !state.has(PENDING) && !state.refuses_touch() && !shutdown {
-            // A touch during the run is never lost: read after RUNNING was cleared (the
-            // mirror of `touch_timeout`), a newer stamp arms the work for touch + idle.
-            let stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
-            if stamp > touch_stamp {
-                // As a touch just after the run would: now + idle (and never earlier than
-                // the touch's own stamp + idle). A stamp read before the run began but
-                // stored during it would otherwise make the work due again at once.
-                let idle = work.period_ns();
-                let due = self
-                    .touch_due(stamp, idle)
-                    .max(Shared::deadline_after(now, idle));
-                self.commit(&mut core, &work, now, |old| {
-                    if old.has(PENDING | RUNNING) || old.refuses_touch() {
-                        return None;
-                    }
-                    let mut new = old;
-                    new.arm(due);
-                    Some(new)
-                });
-            }
+        if state.is_timeout() && !state.is_pending() && !state.refuses_touch() && !shutdown {
+            self.rearm_for_a_touch_during_the_run(&mut core, &work, now, touch_stamp);
         }
         core.completing_on_worker = false;
-        let state = if state.has(DETACHED) && !state.has(PENDING | ORPHANED) {
+        let state = if state.detached_life_is_over() {
             // A detached work that parked, stopped, panicked or was refused a re-arm:
             // nothing can arm it again, so its life ends with this run.
             header
                 .state
-                .update(|old| Some(old.with(ORPHANED)))
+                .update(|old| Some(old.orphaned()))
                 .expect("the edit always applies")
                 .1
         } else {
@@ -371,7 +322,7 @@ impl Shared {
         if let Some(failure) = restore_failure {
             failure.log();
         }
-        if state.has(ORPHANED) {
+        if state.is_orphaned() {
             // The handle is gone and left the closure to us; its destructor is user
             // code, so it runs after the lock is released.
             drop_contained(self, &work);
@@ -379,41 +330,102 @@ impl Shared {
         drop(work);
     }
 
-    /// Applies the callback's decision to the new state word.
+    /// The word a run's completion leaves, from `old`: the run ended, and the callback's
+    /// decision applied unless re-arms are refused (a `cancel_sync` or drop during the
+    /// run) or the scheduler shut down during it (an instance armed meanwhile would
+    /// never run: the drain is over). `next` is `None` for a panic. A `once` work's one
+    /// run leaves nothing armed.
+    fn after_run(
+        &self,
+        work: &WorkRef,
+        old: State,
+        next: Option<Next>,
+        now_ns: u64,
+        shutdown: bool,
+        yield_delay_ns: u64,
+    ) -> State {
+        let ended = old.run_ended();
+        let new = match next {
+            None => ended.poisoned(),
+            Some(_) if shutdown => ended.disarmed(),
+            Some(_) if old.refuses_arm() => ended,
+            Some(next) => {
+                // The period as of `old`: an arm that changed it before this CAS has
+                // stored it (see `period_of`).
+                let period = self.period_of(work, old);
+                let new = self.apply_next(ended, next, now_ns, period, yield_delay_ns);
+                if next == Next::Park && old.was_touched_during_run() && !new.is_pending() {
+                    // A touch during the run, and the callback parked: armed for its
+                    // period, as if the touch had come just after.
+                    new.armed(Shared::deadline_after(now_ns, period.max(self.slack_ns())))
+                } else {
+                    new
+                }
+            }
+        };
+        if work.is_once() { new.disarmed() } else { new }
+    }
+
+    /// The callback's decision, applied to the word of a run that ended.
     fn apply_next(
         &self,
-        state: &mut State,
+        state: State,
         next: Next,
         now_ns: u64,
         period_ns: u64,
         yield_delay_ns: u64,
-    ) {
+    ) -> State {
         let slack = self.slack_ns();
         match next {
-            Next::Park => {}
+            Next::Park => state,
             // An instance armed during the run (a `schedule` from any thread, or from the
             // callback itself) runs after this one, as `schedule` promises: `Stop` declines
             // the callback's own re-arm, as `Park` does, and leaves that arm standing, as
             // one made just after the run would.
-            Next::Stop if state.has(PENDING) => {}
-            Next::Stop => {
-                state.disarm();
-                state.set(STOPPED);
-            }
-            Next::Again | Next::After(_) | Next::At(_) if state.has(PENDING) => {}
-            Next::Again => state.arm(Shared::deadline_after(now_ns, period_ns.max(slack))),
+            Next::Stop if state.is_pending() => state,
+            Next::Stop => state.stopped(),
+            Next::Again | Next::After(_) | Next::At(_) if state.is_pending() => state,
+            Next::Again => state.armed(Shared::deadline_after(now_ns, period_ns.max(slack))),
             Next::After(delay) => {
-                state.arm(Shared::deadline_after(now_ns, nanos(delay).max(slack)));
+                state.armed(Shared::deadline_after(now_ns, nanos(delay).max(slack)))
             }
             Next::At(instant) => {
                 let at = units_ceil(self.ns_at(instant));
-                state.arm(at.max(Shared::deadline_after(now_ns, slack)));
+                state.armed(at.max(Shared::deadline_after(now_ns, slack)))
             }
             Next::Yield => {
-                state.arm(Shared::deadline_after(now_ns, yield_delay_ns));
-                state.set(YIELDED);
+                state.armed_for_an_increment(Shared::deadline_after(now_ns, yield_delay_ns))
             }
         }
+    }
+
+    /// A timeout work's touch during its run is never lost: read after `RUNNING` was
+    /// cleared (the mirror of `touch_timeout`), a stamp newer than the one the run was
+    /// taken with arms the work for touch + idle, as a touch just after the run would:
+    /// now + idle, and never earlier than the touch's own stamp + idle (a stamp read
+    /// before the run began but stored during it would otherwise make the work due again
+    /// at once).
+    fn rearm_for_a_touch_during_the_run(
+        &self,
+        core: &mut Core,
+        work: &WorkRef,
+        now_ns: u64,
+        touch_stamp: u64,
+    ) {
+        let stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
+        if stamp <= touch_stamp {
+            return;
+        }
+        let idle = work.period_ns();
+        let due = self
+            .touch_due(stamp, idle)
+            .max(Shared::deadline_after(now_ns, idle));
+        self.commit(core, work, now_ns, |old| {
+            if old.is_pending_or_running() || old.refuses_touch() {
+                return None;
+            }
+            Some(old.armed(due))
+        });
     }
 
     /// Moves virtual time forward by `by`, running every due work on the caller in

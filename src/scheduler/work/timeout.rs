@@ -48,7 +48,7 @@ use std::time::Duration;
 use super::WorkRef;
 use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
-use crate::scheduler::work::state::{FIRING, PENDING, RUNNING, TIMEOUT, units_ceil};
+use crate::scheduler::work::state::units_ceil;
 use crate::scheduler::{Ctx, Next, Scheduler, Work};
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
 
@@ -99,7 +99,7 @@ impl Shared {
     /// (where the tick's lock may be held by a thread that is gone) a tick stamp counts
     /// as touched now.
     pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
-        if !work.header().state.load().has(TIMEOUT) {
+        if !work.header().state.load().is_timeout() {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
@@ -146,10 +146,10 @@ impl Shared {
         // worker set FIRING before this read, it may have read the stamp before that other
         // touch stored it, so this touch clears FIRING too, and the worker decides again.
         let state = work.header().state.load_after_seqcst_writes();
-        if state.has(FIRING) {
+        if state.is_firing() {
             work.header().state.clear_firing();
         }
-        if state.has(PENDING | RUNNING) {
+        if state.is_pending_or_running() {
             // Only a touch that postpones something keeps the tick moving: a stopped or
             // parked work's touch costs no refresh.
             if stored && precise == 0 && self.touch_tick.note_touch() {

@@ -1,5 +1,13 @@
 //! A work's state word: its flags and its deadline, in one atomic.
 //!
+//! The word owns its transitions, as tokio's `StateCell` does: the flags are private to
+//! this module, and every change a caller makes is a named method of [`State`] (a new
+//! word from an old one: `cancelled`, `cancelled_sync`, `disabled`, `detached`,
+//! `run_ended`, `armed_for_an_increment`, ... in [`transitions`]; arming, entries and a
+//! run's take here) or of [`StateCell`] (the flags no CAS writer decides on). Callers
+//! decide *when* to apply a transition (a CAS loop, or `Shared::commit`, which also
+//! links a timer entry); which bits it touches is said here.
+//!
 //! # Ground rules
 //!
 //! - Every write is a compare-and-swap of the whole word (or an atomic `fetch_and`/
@@ -77,56 +85,60 @@
 //! The deadline counts 100 µs units from the scheduler's start, rounded up (never
 //! early), and saturates at [`DEADLINE_NEVER`] (about 27 years), which is never due.
 
+mod transitions;
+
+pub(crate) use transitions::{Kind, Refusal};
+
 use crate::sync::{AtomicU64, Ordering, load_ordered_after_seqcst_writes};
 
 /// Logically armed: the deadline field is when it is due.
-pub(crate) const PENDING: u64 = 1 << 0;
+const PENDING: u64 = 1 << 0;
 /// Its callback is executing on some thread.
-pub(crate) const RUNNING: u64 = 1 << 1;
+const RUNNING: u64 = 1 << 1;
 /// Its callback panicked; it never runs again.
-pub(crate) const POISONED: u64 = 1 << 2;
+const POISONED: u64 = 1 << 2;
 /// The callback returned `Next::Stop`, or `cancel_sync` ran: `touch()` no longer arms
 /// it, `schedule` does.
-pub(crate) const STOPPED: u64 = 1 << 3;
+const STOPPED: u64 = 1 << 3;
 /// Cancelled from inside its own run: the run's own re-arm is refused.
-pub(crate) const REARM_REFUSED: u64 = 1 << 4;
+const REARM_REFUSED: u64 = 1 << 4;
 /// Its handle was dropped: nothing arms it again, and whoever ends its last run frees
 /// the closure.
-pub(crate) const ORPHANED: u64 = 1 << 5;
+const ORPHANED: u64 = 1 << 5;
 /// The pending instance was armed by `Next::Yield`: a flusher takes it over.
-pub(crate) const YIELDED: u64 = 1 << 6;
+const YIELDED: u64 = 1 << 6;
 /// The period is fixed (`every`, `timeout`); `schedule`/`reschedule` only move the
 /// deadline.
-pub(crate) const FIXED_PERIOD: u64 = 1 << 7;
+const FIXED_PERIOD: u64 = 1 << 7;
 /// One or more `cancel_sync` (or drop) calls wait for the running instance; they are
 /// counted in the core's `cancel_waiters`.
-pub(crate) const CANCEL_WAITING: u64 = 1 << 8;
+const CANCEL_WAITING: u64 = 1 << 8;
 /// The run in progress is a `Yield` increment: a flusher waits for it and then takes
 /// over the rest, where it does not wait for a run that `Again`/`After` armed.
-pub(crate) const RUNNING_INCREMENT: u64 = 1 << 9;
+const RUNNING_INCREMENT: u64 = 1 << 9;
 /// A flush is taking over the work's `Yield` increments: workers leave a pending
 /// increment to it instead of running it themselves.
-pub(crate) const FLUSH_TAKEOVER: u64 = 1 << 10;
+const FLUSH_TAKEOVER: u64 = 1 << 10;
 /// The disable count (kept in the core) is above zero: every arm is refused.
-pub(crate) const DISABLED: u64 = 1 << 11;
+const DISABLED: u64 = 1 << 11;
 /// Has a live entry in the timer structure (see the ground rules).
-pub(crate) const QUEUED: u64 = 1 << 12;
+const QUEUED: u64 = 1 << 12;
 /// A timeout work: `touch()` postpones it (see `timeout`).
-pub(crate) const TIMEOUT: u64 = 1 << 13;
+const TIMEOUT: u64 = 1 << 13;
 /// A worker is deciding whether this timeout work is due (see the ground rules).
-pub(crate) const FIRING: u64 = 1 << 14;
+const FIRING: u64 = 1 << 14;
 /// It has a custom name in the name table.
-pub(crate) const NAMED: u64 = 1 << 15;
+const NAMED: u64 = 1 << 15;
 /// The closure has been dropped (the handle let go of it, or its last run ended after
 /// that, or a `once` work's one run consumed it): every arm is refused, and the
 /// allocation may live on while timer entries still point at it.
-pub(crate) const CLOSURE_DROPPED: u64 = 1 << 16;
+const CLOSURE_DROPPED: u64 = 1 << 16;
 /// A periodic work was touched while it ran: if the callback returns `Park`, it ends
 /// armed for its period; any other decision stands.
-pub(crate) const TOUCHED_IN_RUN: u64 = 1 << 17;
+const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// Its handle was given up with `Work::detach`: it lives on until its callback returns
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
-pub(crate) const DETACHED: u64 = 1 << 18;
+const DETACHED: u64 = 1 << 18;
 
 /// The parity of a `work()`'s period changes: flipped by the CAS of each arm that
 /// changes the period, and matched by the period word's top bit once that arm stored the
@@ -134,7 +146,7 @@ pub(crate) const DETACHED: u64 = 1 << 18;
 /// a timeout work and this only on a work whose period follows its arms (neither `every`
 /// nor timeout), so the two never meet on one work, and only a timeout work's
 /// transitions clear `FIRING`.
-pub(crate) const PERIOD_PARITY: u64 = FIRING;
+const PERIOD_PARITY: u64 = FIRING;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
@@ -181,8 +193,8 @@ pub(crate) fn now_units(now_ns: u64) -> u64 {
 pub(crate) struct StateCell(AtomicU64);
 
 impl StateCell {
-    pub(crate) fn new(state: u64) -> StateCell {
-        StateCell(AtomicU64::new(state))
+    pub(crate) fn new(state: State) -> StateCell {
+        StateCell(AtomicU64::new(state.0))
     }
 
     /// The word (acquire).
@@ -224,8 +236,18 @@ impl StateCell {
 
     /// Sets `flag`, which no CAS writer decides on (`NAMED`, `CLOSURE_DROPPED`); returns
     /// the word before.
-    pub(crate) fn set_flag(&self, flag: u64) -> State {
+    fn set_flag(&self, flag: u64) -> State {
         State(self.0.fetch_or(flag, Ordering::AcqRel))
+    }
+
+    /// Marks the work as having a custom name.
+    pub(crate) fn mark_named(&self) {
+        self.set_flag(NAMED);
+    }
+
+    /// Marks the closure as dropped; returns whether it already was.
+    pub(crate) fn mark_closure_dropped(&self) -> bool {
+        self.set_flag(CLOSURE_DROPPED).has(CLOSURE_DROPPED)
     }
 
     /// Clears `FIRING`: a touch that recorded a newer stamp makes the worker's take fail
@@ -237,29 +259,29 @@ impl StateCell {
 
 /// A decoded copy of the state word; edit it, then publish it with a CAS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct State(pub(crate) u64);
+pub(crate) struct State(u64);
 
 impl State {
-    pub(crate) fn has(self, flag: u64) -> bool {
+    fn has(self, flag: u64) -> bool {
         self.0 & flag != 0
     }
 
-    pub(crate) fn set(&mut self, flag: u64) {
+    fn set(&mut self, flag: u64) {
         self.0 |= flag;
     }
 
-    pub(crate) fn clear(&mut self, flag: u64) {
+    fn clear(&mut self, flag: u64) {
         self.0 &= !flag;
     }
 
     /// With `flag` set (by value).
-    pub(crate) fn with(mut self, flag: u64) -> State {
+    fn with(mut self, flag: u64) -> State {
         self.set(flag);
         self
     }
 
     /// With `flag` cleared (by value).
-    pub(crate) fn without(mut self, flag: u64) -> State {
+    fn without(mut self, flag: u64) -> State {
         self.clear(flag);
         self
     }
@@ -269,7 +291,7 @@ impl State {
         self.0 >> DEADLINE_SHIFT
     }
 
-    pub(crate) fn set_deadline(&mut self, units: u64) {
+    fn set_deadline(&mut self, units: u64) {
         self.0 =
             (self.0 & ((1 << DEADLINE_SHIFT) - 1)) | (units.min(DEADLINE_NEVER) << DEADLINE_SHIFT);
     }
