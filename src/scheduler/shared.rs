@@ -1,6 +1,19 @@
 //! The state a scheduler shares with its works and workers: `Shared`, its `Core` under the
 //! one lock, the lock gate, arming and timerfd programming, and shutdown. The ground
 //! rules are in the [module docs](super).
+//!
+//! `impl Shared` is this file's and that of each file below, each opening its part with a
+//! banner that says what it adds:
+//! - `work/arming.rs`: `schedule`, `reschedule`, `schedule_within`, `touch`, `detach`,
+//!   the period rule;
+//! - `work/cancel.rs`: `cancel`, `cancel_sync`, the handle's release, `disable`/`enable`;
+//! - `work/run.rs`: a run's life (classify, take, execute, complete) and `advance`;
+//! - `work/timeout.rs`: a timeout's touch and due time;
+//! - `work/touch_tick.rs`: the touch tick's scheduler side;
+//! - `work/listing.rs`: the list of live works;
+//! - `work/stats.rs`: statistics snapshots;
+//! - `wait/flush.rs`: `flush` and `try_flush`;
+//! - `wait/futures.rs`: the waits of `cancel_async` and `drop_async`.
 
 use std::collections::{HashMap, HashSet};
 use std::task::Waker;

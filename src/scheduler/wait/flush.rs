@@ -21,6 +21,8 @@ pub(crate) enum Waiting {
     Never,
 }
 
+// === `impl Shared`, this file's part: `flush` and `try_flush`: taking a pending run over
+// on the caller, waiting for a running one, and a `Yield` work's increments. ===
 impl Shared {
     /// Waits until the run in progress (`RUNNING` is set when this is called) has
     /// completed. A later run of the same work is not waited for: runs are counted under

@@ -50,6 +50,8 @@ pub(crate) struct CancelWait {
     id: usize,
 }
 
+// === `impl Shared`, this file's part: the waits of `cancel_async` and `drop_async`, and
+// their wakers. ===
 impl Shared {
     /// Disarms and refuses re-arms now; the returned future waits for a run in progress.
     /// A released handle's closure is freed now if no run is in progress, else when the

@@ -45,6 +45,8 @@ enum Fast {
     Slow,
 }
 
+// === `impl Shared`, this file's part: arming: `schedule`, `reschedule`, `schedule_within`,
+// a periodic work's `touch`, `detach`, the pending deadline, and the period rule. ===
 impl Shared {
     /// The lock-free arm: one CAS if the live entry can serve the new deadline, plus,
     /// when it changes a `work()`'s period, the period store and the flag's release.

@@ -45,6 +45,8 @@ pub(crate) enum CancelStart {
     },
 }
 
+// === `impl Shared`, this file's part: `cancel`, `cancel_sync` and the handle's release,
+// `disable`/`enable`. ===
 impl Shared {
     pub(crate) fn cancel(&self, work: &WorkRef) -> bool {
         if self.is_forked_copy() {

@@ -138,6 +138,8 @@ impl Registry {
     }
 }
 
+// === `impl Shared`, this file's part: listing and unlisting works, and the list
+// `Scheduler::works` reads. ===
 impl Shared {
     /// Lists a work that was just made (see the module docs).
     pub(crate) fn register(&self, work: &WorkRef) {

@@ -22,6 +22,9 @@
 //! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`.
 //! - [`object`]: per-object works (`work_for`, `every_for`, `timeout_for`).
 //!
+//! `arming`, `cancel`, `run`, `timeout`, `touch_tick`, `listing` and `stats` each add
+//! their part to `impl Shared` (see `shared`), under a banner that says what it adds.
+//!
 //! # The state machine
 //!
 //! ```text

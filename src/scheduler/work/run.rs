@@ -62,6 +62,8 @@ fn retag(entry: Entry, epoch: Option<u8>) -> Entry {
     }
 }
 
+// === `impl Shared`, this file's part: a run's life: classify an entry, take, execute,
+// complete; manual time's `advance`. ===
 impl Shared {
     /// Judges `entry` at `now` (units). Clears `QUEUED` when the live entry goes stale,
     /// and sets `FIRING` before reading a timeout work's touch stamp.

@@ -224,6 +224,7 @@ impl Approx {
     }
 }
 
+// === `impl Shared`, this file's part: a work's statistics snapshot. ===
 impl Shared {
     /// A snapshot of `work`'s statistics: what `Work::stats` shows.
     pub(crate) fn stats_of(&self, work: &WorkRef) -> WorkStats {

@@ -91,6 +91,8 @@ impl Scheduler {
 /// touched): the high bit says it is recorded with the full clock.
 pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
 
+// === `impl Shared`, this file's part: a timeout work's lock-free touch and when a touched
+// work is due. ===
 impl Shared {
     /// A timeout work's postponement: due no earlier than this (units) by its latest
     /// touch; 0 for other works.

@@ -300,6 +300,8 @@ impl TouchTick {
     }
 }
 
+// === `impl Shared`, this file's part: which timeouts stamp with the touch tick, and waking
+// a worker (or the host) for its refresher. ===
 /// The scheduler's side of the tick: which timeouts stamp with it, and waking a worker
 /// (or the host) for the refresher.
 impl Shared {
