@@ -8,8 +8,8 @@
 //!   the period rule;
 //! - `work/cancel.rs`: `cancel`, `cancel_sync`, the handle's release, `disable`/`enable`;
 //! - `work/run.rs`: a run's life (classify, take, execute, complete) and `advance`;
-//! - `work/timeout.rs`: a timeout's touch and due time;
-//! - `work/touch_tick.rs`: the touch tick's scheduler side;
+//! - `work/timeout.rs`: a timeout's touch and due time, and the touch tick's scheduler
+//!   side;
 //! - `work/listing.rs`: the list of live works;
 //! - `work/stats.rs`: statistics snapshots;
 //! - `wait/flush.rs`: `flush` and `try_flush`;
@@ -23,13 +23,13 @@ use super::WorkRef;
 use crate::Priority;
 use crate::clock::Clock;
 use crate::clock::sleeper::Sleeper;
+use crate::clock::touch_tick::TouchTick;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
 use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::listing::Registry;
 use crate::scheduler::work::state::{DEADLINE_UNIT_NS, State, units_ceil};
-use crate::scheduler::work::touch_tick::TouchTick;
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::wheel::Wheel;
 
@@ -175,7 +175,7 @@ pub(crate) struct Shared {
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// T: the workers' ids and wakeup count.
     pub(crate) wakeups: WorkerWakeups,
-    /// A/T: the tick long timeouts' touches read (see `touch_tick`).
+    /// A/T: the tick long timeouts' touches read (see `clock::touch_tick`).
     pub(crate) touch_tick: TouchTick,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for

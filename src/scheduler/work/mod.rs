@@ -8,10 +8,8 @@
 //! - [`arming`]: `schedule`, `reschedule`, `schedule_within`, a periodic work's
 //!   `touch`, `detach`: lock-free where the live timer entry serves, else under the lock.
 //! - [`cancel`]: `cancel`, `cancel_sync` and the handle's drop, `disable`/`enable`.
-//! - [`timeout`]: idle timeouts: the constructor, the lock-free touch, and when a
-//!   touched work is due.
-//! - [`touch_tick`]: the tick a long timeout's touch reads instead of a clock, and the
-//!   times each tick was published.
+//! - [`timeout`]: idle timeouts: the constructor, the lock-free touch, when a touched
+//!   work is due, and which of them stamp with the touch tick (`clock::touch_tick`).
 //! - [`run`]: a run's lifecycle: take, execute (unlocked, contained), complete; manual
 //!   time's `advance`.
 //! - [`entry`]: a timer entry, a counted reference tagged with the epoch it was placed
@@ -22,7 +20,7 @@
 //! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`.
 //! - [`object`]: per-object works (`work_for`, `every_for`, `timeout_for`).
 //!
-//! `arming`, `cancel`, `run`, `timeout`, `touch_tick`, `listing` and `stats` each add
+//! `arming`, `cancel`, `run`, `timeout`, `listing` and `stats` each add
 //! their part to `impl Shared` (see `shared`), under a banner that says what it adds.
 //!
 //! # The state machine
@@ -87,7 +85,6 @@ pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod stats;
 pub(crate) mod timeout;
-pub(crate) mod touch_tick;
 
 pub(crate) use allocation::{Callback, Header, WorkInner, WorkRef};
 pub use ctx::{Ctx, Next};

@@ -38,7 +38,7 @@
 //! # Clock
 //!
 //! On a real scheduler, touches of a work whose idle is at least 1 s are stamped with the
-//! scheduler's touch tick (see `touch_tick`): no clock is read, and a stamp counts as the
+//! scheduler's touch tick (see `clock::touch_tick`): no clock is read, and a stamp counts as the
 //! time the tick after it was published, so a timeout may run up to one tick interval
 //! late (1/16 of the shortest such idle, more while the workers are starved) and never
 //! early. Shorter idles, and every idle on a manual scheduler, read the full clock.
@@ -47,7 +47,8 @@ use std::time::Duration;
 
 use super::WorkRef;
 use crate::clock::nanos;
-use crate::scheduler::shared::Shared;
+use crate::clock::touch_tick::TICK_MIN_IDLE_NS;
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::state::units_ceil;
 use crate::scheduler::{Ctx, Next, Scheduler, Work};
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
@@ -97,7 +98,7 @@ impl Shared {
     /// A timeout work's postponement: due no earlier than this (units) by its latest
     /// touch; 0 for other works.
     ///
-    /// A read: it never publishes a tick (see `touch_tick`), and in a `fork()`ed child
+    /// A read: it never publishes a tick (see `clock::touch_tick`), and in a `fork()`ed child
     /// (where the tick's lock may be held by a thread that is gone) a tick stamp counts
     /// as touched now.
     pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
@@ -169,7 +170,7 @@ impl Shared {
 
     /// A timeout work stamped `stamp` is taken to run without a decision that read its
     /// stamp (a flush): the tick moves past the stamp, so a touch during the run is seen
-    /// by the run's completion (see `touch_tick`).
+    /// by the run's completion (see `clock::touch_tick`).
     pub(crate) fn taking_timeout_run(&self, stamp: u64) {
         if stamp & PRECISE_TOUCH == 0 {
             self.touch_tick.move_past(stamp, || self.now_ns());
@@ -178,7 +179,7 @@ impl Shared {
 
     /// When a timeout work touched at `stamp` may run (units): never earlier than the
     /// true touch + idle. A tick stamp counts as the time its next tick was published
-    /// (see `touch_tick`), which may publish that tick now.
+    /// (see `clock::touch_tick`), which may publish that tick now.
     pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
         due_after_touch(stamp, idle_ns, |tick| {
             self.touch_tick.upper_time_ns(tick, || self.now_ns())
@@ -199,4 +200,63 @@ fn due_after_touch(stamp: u64, idle_ns: u64, tick_bound: impl FnOnce(u64) -> u64
         tick_bound(stamp)
     };
     units_ceil(touched.saturating_add(idle_ns))
+}
+
+// === `impl Shared`, this file's second part: which timeouts stamp with the touch tick
+// (`clock::touch_tick`), and waking a worker (or the host) for its refresher. ===
+/// The scheduler's side of the tick: which timeouts stamp with it, and waking a worker
+/// (or the host) for the refresher.
+impl Shared {
+    /// Whether a timeout work with this idle duration stamps its touches with the touch
+    /// tick (a real scheduler and a long idle, see `clock::touch_tick`), registering it so; else
+    /// it stamps with the full clock.
+    pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
+        // Not in a forked child: the tick's lock may be held by a thread that is gone.
+        let ticks = (!self.clock.is_manual() || self.manual_ticks())
+            && idle_ns >= TICK_MIN_IDLE_NS
+            && !self.is_forked_copy();
+        if ticks {
+            let now = self.now_ns();
+            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
+                // A refresh scheduled for a longer idle moved earlier: make sure someone
+                // wakes for it.
+                if let Some(mut core) = self.lock_unless_forked() {
+                    if !core.shutdown {
+                        self.kick(&mut core, at, now);
+                    }
+                }
+            }
+        }
+        ticks
+    }
+
+    /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
+    /// that ask for it, so they can drive the tick on the virtual clock.
+    fn manual_ticks(&self) -> bool {
+        #[cfg(all(loom, feature = "loom"))]
+        return self.manual_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(all(loom, feature = "loom")))]
+        false
+    }
+
+    /// A touch stored a tick stamp while the tick's refresher was parked: schedule it,
+    /// and make sure a worker (or the host) wakes for it.
+    #[cold]
+    pub(super) fn wake_touch_tick(&self) {
+        let Some(mut core) = self.lock_unless_forked() else {
+            return;
+        };
+        if core.shutdown {
+            return;
+        }
+        let now = self.now_ns();
+        self.wake_touch_tick_locked(&mut core, now);
+    }
+
+    /// [`wake_touch_tick`](Self::wake_touch_tick) with the core lock held.
+    pub(super) fn wake_touch_tick_locked(&self, core: &mut Core, now_ns: u64) {
+        if let Some(at) = self.touch_tick.wake(now_ns) {
+            self.kick(core, at, now_ns);
+        }
+    }
 }

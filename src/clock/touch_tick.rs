@@ -53,7 +53,6 @@
 //! Every change of the refresher's schedule (`wake`, `refresh`) runs under the core lock,
 //! so the `parked` flag its readers check first never disagrees with it there.
 
-use crate::scheduler::shared::{Core, Shared};
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
 
 /// The shortest idle stamped with ticks: its refresher then runs at most 16 times a
@@ -297,65 +296,6 @@ impl TouchTick {
         let at = now();
         state.record(next, at);
         at
-    }
-}
-
-// === `impl Shared`, this file's part: which timeouts stamp with the touch tick, and waking
-// a worker (or the host) for its refresher. ===
-/// The scheduler's side of the tick: which timeouts stamp with it, and waking a worker
-/// (or the host) for the refresher.
-impl Shared {
-    /// Whether a timeout work with this idle duration stamps its touches with the touch
-    /// tick (a real scheduler and a long idle, see `touch_tick`), registering it so; else
-    /// it stamps with the full clock.
-    pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
-        // Not in a forked child: the tick's lock may be held by a thread that is gone.
-        let ticks = (!self.clock.is_manual() || self.manual_ticks())
-            && idle_ns >= TICK_MIN_IDLE_NS
-            && !self.is_forked_copy();
-        if ticks {
-            let now = self.now_ns();
-            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
-                // A refresh scheduled for a longer idle moved earlier: make sure someone
-                // wakes for it.
-                if let Some(mut core) = self.lock_unless_forked() {
-                    if !core.shutdown {
-                        self.kick(&mut core, at, now);
-                    }
-                }
-            }
-        }
-        ticks
-    }
-
-    /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
-    /// that ask for it, so they can drive the tick on the virtual clock.
-    fn manual_ticks(&self) -> bool {
-        #[cfg(all(loom, feature = "loom"))]
-        return self.manual_ticks.load(std::sync::atomic::Ordering::Relaxed);
-        #[cfg(not(all(loom, feature = "loom")))]
-        false
-    }
-
-    /// A touch stored a tick stamp while the tick's refresher was parked: schedule it,
-    /// and make sure a worker (or the host) wakes for it.
-    #[cold]
-    pub(super) fn wake_touch_tick(&self) {
-        let Some(mut core) = self.lock_unless_forked() else {
-            return;
-        };
-        if core.shutdown {
-            return;
-        }
-        let now = self.now_ns();
-        self.wake_touch_tick_locked(&mut core, now);
-    }
-
-    /// [`wake_touch_tick`](Self::wake_touch_tick) with the core lock held.
-    pub(super) fn wake_touch_tick_locked(&self, core: &mut Core, now_ns: u64) {
-        if let Some(at) = self.touch_tick.wake(now_ns) {
-            self.kick(core, at, now_ns);
-        }
     }
 }
 
