@@ -4,13 +4,14 @@
 //! with `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test -p loom-tests --release
 //! --test period`.
 //!
-//! A `work()`'s period is the delay of its latest arm, in a word of its own: an arm that
-//! changes it flips a parity bit in its CAS and stores the period after. The rule every
+//! A `work()`'s period is the delay of its latest arm, in a word of its own: an arm takes
+//! a claim on it in its CAS, stores its delay and releases the claim, and a completion
+//! that re-arms for the period reads it under a claim of its own. The rule every
 //! model checks at its end, with the virtual clock standing still at `at`: a pending
 //! `work()` is due at `at + period()`, so its deadline and its period came from the same
 //! arm (or from a completion's `Again`, which re-arms for the period). Then `advance`
-//! must run it exactly at that deadline: a lowered deadline that its timer entry did not
-//! serve would run late.
+//! must run it at that deadline: a lowered deadline that its timer entry did not serve
+//! would run late.
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -39,7 +40,9 @@ fn deadline_and_period_agree(
         "the deadline of one arm and the period of another"
     );
     ran.lock().unwrap().clear();
-    sched.advance(period);
+    // One slack (1 ms) past it: a deadline inside a tick runs at the tick's end, and the
+    // run records the deadline as its time.
+    sched.advance(period + MS);
     let ran = ran.lock().unwrap();
     assert_eq!(
         ran.first(),
@@ -129,7 +132,7 @@ fn a_period_change_against_the_completion_reading_it() {
 
 /// A lock-free arm changing the period against `cancel_sync` waiting for a run that
 /// returns `Again`: once both returned, whatever the order, the work's period word and
-/// parity are left whole: a later arm with yet another delay is lock-free or locked as
+/// its claim are left whole: a later arm with yet another delay is lock-free or locked as
 /// usual, and its deadline and period agree.
 #[test]
 fn a_period_change_against_cancel_sync() {
@@ -193,5 +196,34 @@ fn a_lowered_deadline_against_the_entry_moving_later() {
         ran.lock().unwrap().clear();
         sched.advance(deadline - at);
         assert_eq!(ran.lock().unwrap().first(), Some(&deadline), "ran late");
+    });
+}
+
+/// An arm that finds the period already equal to its delay changes nothing but the
+/// deadline; meanwhile two other arms change the period twice and bring the state word
+/// back bit for bit (the same deadline, through the entry's placement at 19.2 ms). A
+/// decision from a period read without a claim would let that arm's CAS succeed on the
+/// returned word and leave its deadline with the other arms' period: the claim taken in
+/// every arm's CAS makes the returned word carry no such decision.
+#[test]
+fn a_state_word_that_comes_back_bit_for_bit() {
+    const UNIT: Duration = Duration::from_micros(100);
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        let (work, ran) = recording(&sched, Next::Park);
+        let work = Arc::new(work);
+        assert!(!work.reschedule(192 * UNIT));
+        assert_eq!(sched.advance(96 * UNIT), 0);
+        let at = sched.now();
+        let same = {
+            let work = work.clone();
+            thread::spawn(move || {
+                work.reschedule(192 * UNIT);
+            })
+        };
+        work.reschedule(400 * UNIT);
+        work.reschedule(96 * UNIT);
+        same.join().unwrap();
+        deadline_and_period_agree(&sched, &work, at, &ran);
     });
 }

@@ -378,6 +378,12 @@ impl Shared {
                 && new.deadline() <= crate::scheduler::work::state::now_units(now_ns)
                 && old != new;
             let epoch = (old.needs_entry(new) || due_now).then(|| new.claim_entry());
+            if let Some(epoch) = epoch {
+                // Before the CAS that makes the entry live (see "Placement" in `entry`).
+                work.header()
+                    .stats
+                    .set_placement(Placement::encode(new.deadline(), epoch));
+            }
             if old != new && !work.header().state.cas(old, new) {
                 continue;
             }
@@ -386,9 +392,6 @@ impl Shared {
                     self.note_stale(core, 1);
                 }
                 let deadline = new.deadline();
-                work.header()
-                    .stats
-                    .set_placement(Placement::encode(deadline, epoch));
                 core.wheel.insert(
                     Entry::new(work, epoch),
                     deadline,

@@ -7,6 +7,10 @@
 //! - `changing_delays`: Re-arms whose delay changes at every call stay lock-free while
 //!   the live entry serves, run neither early nor late, and keep the period rule under
 //!   storms from several threads.
+//! - `changing_delays_hostile`: The same under hostile use: whole-word ABA around the
+//!   period and the placement, epochs that wrap, a reference model across the placement's
+//!   reach and the coarse clock's threshold, fork, shutdown and `cancel_sync` storms, and
+//!   the run maxima.
 //! - `arming_races`: `schedule_within`, `deadline`, `Next::At` and touches during runs
 //!   (which never override the callback's decision) under random and racing use.
 //! - `bad_input`: Bad input and calls in the wrong place.
@@ -52,6 +56,7 @@ mod arming_races;
 mod bad_input;
 mod cancel_refusal;
 mod changing_delays;
+mod changing_delays_hostile;
 mod containment;
 mod containment_levels;
 mod detach;

@@ -45,12 +45,6 @@ use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{State, StateCell};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
-/// The top bit of a `work()`'s period word: the parity of the arm that stored it (see
-/// `PERIOD_PARITY`). Periods saturate below it, at 292 years.
-const PERIOD_PARITY_BIT: u64 = 1 << 63;
-/// The longest period a period word holds.
-pub(crate) const PERIOD_MAX_NS: u64 = PERIOD_PARITY_BIT - 1;
-
 /// The part of a work that every thread may read.
 #[derive(Debug)]
 /// Each field is `A:` (see the [`scheduler`](crate::scheduler) module's legend of guard
@@ -88,35 +82,27 @@ impl Header {
     }
 
     /// The period: a timeout work's idle duration (`idle_ns`, which only its closure
-    /// knows), else the period word's (which an arm may be changing: see
-    /// [`settled_period`](Self::settled_period)).
+    /// knows), else the period word (which an arm holding the period's claim may be
+    /// changing: see the ground rules in `state`).
     #[inline]
     fn period_ns(&self, idle_ns: impl FnOnce() -> u64) -> u64 {
         if self.state.load().is_timeout() {
             idle_ns()
         } else {
-            self.period_or_touch.load(Ordering::Relaxed) & !PERIOD_PARITY_BIT
+            self.period_or_touch.load(Ordering::Relaxed)
         }
     }
 
-    /// A `work()`'s period as of `state`, a word read before this call, or `None` while
-    /// the arm that flipped `state`'s `PERIOD_PARITY` has not stored its period yet
-    /// (see the ground rules in `state`). Read after `state` (acquire), a matching parity
-    /// is that arm's store or a later one.
+    /// A `work()`'s period, read by the holder of its claim.
     #[inline]
-    pub(crate) fn settled_period(&self, state: State) -> Option<u64> {
-        let word = self.period_or_touch.load(Ordering::Acquire);
-        let parity = word & PERIOD_PARITY_BIT != 0;
-        (parity == state.period_parity()).then_some(word & !PERIOD_PARITY_BIT)
+    pub(crate) fn claimed_period(&self) -> u64 {
+        self.period_or_touch.load(Ordering::Relaxed)
     }
 
-    /// Stores a `work()`'s period with the parity its arm's CAS set (release: a reader
-    /// that sees the parity sees the period).
+    /// Stores a `work()`'s period; by the holder of its claim, before it releases it.
     #[inline]
-    pub(crate) fn store_period(&self, period_ns: u64, parity: bool) {
-        let parity = if parity { PERIOD_PARITY_BIT } else { 0 };
-        self.period_or_touch
-            .store(period_ns.min(PERIOD_MAX_NS) | parity, Ordering::Release);
+    pub(crate) fn store_period(&self, period_ns: u64) {
+        self.period_or_touch.store(period_ns, Ordering::Relaxed);
     }
 
     /// The work's slot in the registry (see `listing`).

@@ -9,21 +9,20 @@
 //! the core lock and link an entry. Whether the entry serves is read from the state
 //! word's deadline and, for a deadline below it, from the entry's placement (see
 //! "Placement" in `entry`), so a delay that jitters either way stays lock-free. A
-//! `work()`'s period follows its arms, so an arm whose delay differs from the period
-//! also flips the period parity in its CAS and then stores the period: one plain store
-//! more, not the core lock (see the ground rules in `state`). A periodic work's `touch`
-//! is one load while it is armed. Neither path reads the full clock when the delay is
-//! long enough for the coarse clock (see `clock`; the locked path reads it only to
-//! program the timer earlier). Everything else takes the core lock through the fork
-//! gate.
+//! `work()`'s period follows its arms, so its arm also takes the claim on the period in
+//! that CAS, stores its delay (when it differs) and releases the claim with a `fetch_and`:
+//! one more atomic operation, not the core lock (see the ground rules in `state`). A
+//! periodic work's `touch` is one load while it is armed. Neither path reads the full
+//! clock when the delay is long enough for the coarse clock (see `clock`; the locked path
+//! reads it only to program the timer earlier). Everything else takes the core lock
+//! through the fork gate.
 //!
 //! # The period rule
 //!
 //! Deadline and period agree: whichever arm's CAS comes last in the state word's order,
 //! its deadline and its delay are the ones left, and a completion's `Next::Again` (or a
-//! touch arming a parked work) uses the period as of the word its own CAS replaces,
-//! waiting through the few instructions of an arm still storing it
-//! ([`Shared::period_of`]).
+//! touch arming a parked work) decides from the period it read under its own claim
+//! ([`Shared::claim_period`]), which its CAS releases.
 
 use std::time::Duration;
 
@@ -33,6 +32,17 @@ use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::State;
+
+/// Whether a work's live entry serves a deadline, and how it was told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Serves {
+    /// It may not: the lock is needed.
+    No,
+    /// The deadline is not before the state word's.
+    ByDeadline,
+    /// Through this placement, which the arm reads again after its CAS.
+    ByPlacement(u32),
+}
 
 /// What a lock-free arming attempt did.
 enum Fast {
@@ -63,44 +73,85 @@ impl Shared {
             if only_if_idle && old.is_pending() {
                 return Fast::AlreadyPending;
             }
-            if !old.has_live_entry()
-                || old.refuses_arm()
-                || !Shared::entry_serves(header, old, deadline)
-            {
+            let serves = Shared::entry_serves(header, old, deadline);
+            if !old.has_live_entry() || old.refuses_arm() || serves == Serves::No {
                 return Fast::Slow;
             }
-            let mut new = old;
-            new.arm(deadline);
-            // A `work()`'s period follows its arms: an arm that changes it flips the
-            // parity and then stores it, and none may start while another's store is
-            // outstanding (see the ground rules in `state`).
-            let mut stores_period = None;
-            if old.period_follows_arms() {
-                match header.settled_period(old) {
-                    None => return Fast::Slow,
-                    Some(period) if period != delay_ns => {
-                        stores_period = Some(new.flip_period_parity());
-                    }
-                    Some(_) => {}
+            let mut new = old.armed(deadline);
+            // A `work()`'s period follows its arms: this CAS takes the claim on it, and
+            // the period is stored under it (see the ground rules in `state`).
+            let follows = old.period_follows_arms();
+            if follows {
+                if old.period_claimed() {
+                    return Fast::Slow;
                 }
+                new = new.with_period_claim();
             }
             if header.state.cas(old, new) {
-                if let Some(parity) = stores_period {
-                    header.store_period(delay_ns, parity);
+                if follows {
+                    Shared::set_period_and_release(header, delay_ns);
+                }
+                if let Serves::ByPlacement(placement) = serves {
+                    if header.stats.placement() != placement {
+                        self.recheck_lowered(work);
+                    }
                 }
                 return Fast::Armed(old);
             }
         }
     }
 
+    /// An arm that took the claim on a `work()`'s period in its CAS: its delay is the
+    /// period now (stored only if it differs), and the claim is released.
+    #[inline]
+    fn set_period_and_release(header: &Header, delay_ns: u64) {
+        if header.claimed_period() != delay_ns {
+            header.store_period(delay_ns);
+        }
+        header.state.release_period_claim();
+    }
+
     /// Whether the live entry of `old` (a word with `QUEUED`) looks at the work no later
     /// than `deadline`: the deadline is not before the word's own (see the ground rules
     /// in `state`), or not before the entry's [`Placement`].
     #[inline]
-    fn entry_serves(header: &Header, old: State, deadline: u64) -> bool {
-        deadline >= old.deadline()
-            || (old.deadline() - deadline < Placement::REACH
-                && Placement::serves(header.stats.placement(), old.epoch(), deadline))
+    fn entry_serves(header: &Header, old: State, deadline: u64) -> Serves {
+        if deadline >= old.deadline() {
+            return Serves::ByDeadline;
+        }
+        let placement = header.stats.placement();
+        if old.deadline() - deadline < Placement::REACH
+            && Placement::serves(placement, old.epoch(), deadline)
+        {
+            Serves::ByPlacement(placement)
+        } else {
+            Serves::No
+        }
+    }
+
+    /// After a lock-free arm lowered its deadline through a placement that has moved
+    /// since (see "Placement" in `entry`): the entry that placement described may not be
+    /// the live one, so under the lock the live entry is dropped and one is linked for the
+    /// deadline as it stands. Lateness is all this can prevent; a work is never early.
+    #[cold]
+    #[inline(never)]
+    fn recheck_lowered(&self, work: &WorkRef) {
+        let Some(mut core) = self.lock_unless_forked() else {
+            return;
+        };
+        if core.shutdown {
+            return;
+        }
+        let dropped = work
+            .header()
+            .state
+            .update(|old| (old.is_pending() && old.has_live_entry()).then(|| old.without_entry()));
+        if dropped.is_some() {
+            self.note_stale(&mut core, 1);
+            // Pending without an entry: the commit links one.
+            let now = self.now_ns();
+            self.commit(&mut core, work, now, Some);
+        }
     }
 
     pub(crate) fn schedule(&self, work: &WorkRef, delay: Duration) -> bool {
@@ -123,31 +174,23 @@ impl Shared {
             return None;
         }
         let delay_ns = nanos(delay);
-        let now = self.now_for_delay(delay_ns);
-        let deadline = Shared::deadline_after(now, delay_ns);
+        let deadline = Shared::deadline_after(self.now_for_delay(delay_ns), delay_ns);
         match self.arm_fast(work, deadline, only_if_idle, delay_ns) {
             Fast::Armed(old) => Some(old),
             Fast::AlreadyPending => None,
-            Fast::Slow => self.arm_locked(work, delay_ns, now, only_if_idle),
+            Fast::Slow => self.arm_locked(work, delay_ns, only_if_idle),
         }
     }
 
     /// The locked arm, which also sets a `work()`'s period to `delay_ns` (`every` and
-    /// timeout works keep theirs). `now` is the time [`arm`](Self::arm) read for the
-    /// delay, so a delay long enough for the coarse clock costs no full clock read here
-    /// either (see [`Shared::commit_at`]).
+    /// timeout works keep theirs). A delay long enough for the coarse clock costs no full
+    /// clock read here either (see [`Shared::commit_at`]).
     ///
-    /// The period changes as on the lock-free path (see the ground rules in `state`): the
-    /// CAS flips the parity, then the period is stored. A lock-free arm's change may be
-    /// outstanding at any moment, and this one must not start over it: an edit that
-    /// finds one waits for it outside the lock and tries again.
-    fn arm_locked(
-        &self,
-        work: &WorkRef,
-        delay_ns: u64,
-        now: u64,
-        only_if_idle: bool,
-    ) -> Option<State> {
+    /// The period is set as on the lock-free path (see the ground rules in `state`): the
+    /// CAS takes the claim on it, the period is stored, the claim released. Another
+    /// thread may hold the claim at any moment (a lock-free arm does not take the core
+    /// lock): an edit that finds it held waits for it outside the lock and tries again.
+    fn arm_locked(&self, work: &WorkRef, delay_ns: u64, only_if_idle: bool) -> Option<State> {
         let header = work.header();
         loop {
             self.settle_period(header);
@@ -155,74 +198,70 @@ impl Shared {
             if core.shutdown {
                 return None;
             }
-            // Whether the last attempt found another arm's period change outstanding.
+            // Read again under the lock: the wait for it (or for a claim) may have been
+            // long, and the timer is programmed from this time.
+            let now = self.now_for_delay(delay_ns);
+            // Whether the last attempt found the period claimed by another thread.
             let mut held_off = false;
-            // The parity the period is stored with, if this arm changes it.
-            let mut stores_period = None;
             let exact = !self.coarse_for(delay_ns);
             let committed = self.commit_at(&mut core, work, now, exact, |old| {
-                stores_period = None;
-                held_off = false;
-                if (only_if_idle && old.is_pending()) || old.refuses_arm() {
+                held_off = old.period_claimed();
+                if held_off || (only_if_idle && old.is_pending()) || old.refuses_arm() {
                     return None;
                 }
-                let mut new = old;
-                new.arm(Shared::deadline_after(now, delay_ns));
-                if old.period_follows_arms() {
-                    match header.settled_period(old) {
-                        None => {
-                            held_off = true;
-                            return None;
-                        }
-                        Some(period) if period != delay_ns => {
-                            stores_period = Some(new.flip_period_parity());
-                        }
-                        Some(_) => {}
-                    }
-                }
-                Some(new)
+                let new = old.armed(Shared::deadline_after(now, delay_ns));
+                Some(if old.period_follows_arms() {
+                    new.with_period_claim()
+                } else {
+                    new
+                })
             });
             if held_off {
                 continue;
             }
             let (old, _) = committed?;
-            if let Some(parity) = stores_period {
-                header.store_period(delay_ns, parity);
+            if old.period_follows_arms() {
+                Shared::set_period_and_release(header, delay_ns);
             }
             return Some(old);
         }
     }
 
-    /// Waits until no arm's period change is outstanding on `header`'s work (a few
-    /// instructions of another thread's; see the ground rules in `state`). In a forked
-    /// child, whose other threads are gone, it returns at once.
+    /// Waits until no thread holds the claim on `header`'s work's period (see the ground
+    /// rules in `state`): a few instructions of another thread's, or a completion's or a
+    /// touch's edit under the core lock. In a forked child, whose other threads are gone,
+    /// it returns at once.
     pub(crate) fn settle_period(&self, header: &Header) {
         let mut round = 0;
-        loop {
-            let state = header.state.load();
-            if !state.period_follows_arms()
-                || header.settled_period(state).is_some()
-                || self.is_forked_copy()
-            {
-                return;
-            }
+        while header.state.load().period_claimed() && !self.is_forked_copy() {
             crate::sync::wait_round(&mut round);
         }
     }
 
-    /// The work's period for a decision about `old`, the word an edit is looking at: the
-    /// delay of the latest arm before `old`. If that arm is still storing it, this waits
-    /// for it and returns the period then; the edit's CAS from `old` is not affected by
-    /// the store, but it is by any arm after `old`, so what the edit decides holds for
-    /// the word it replaces.
-    pub(crate) fn period_of(&self, work: &WorkRef, old: State) -> u64 {
-        if !old.period_follows_arms() {
-            return work.period_ns();
+    /// Takes the claim on `work`'s period if it is a `work()`'s (waiting while another
+    /// thread holds it), for an edit that decides from the period: the edit must then
+    /// publish a word without the claim ([`State::without_period_claim`]), or the caller
+    /// release it ([`StateCell::release_period_claim`]). Returns the period, and whether
+    /// the claim was taken (`every` and timeout works have a period that never changes,
+    /// and take none).
+    ///
+    /// [`StateCell::release_period_claim`]: crate::scheduler::work::state::StateCell::release_period_claim
+    pub(crate) fn claim_period(&self, work: &WorkRef) -> (u64, bool) {
+        let header = work.header();
+        let mut round = 0;
+        loop {
+            let old = header.state.load();
+            if !old.period_follows_arms() || self.is_forked_copy() {
+                return (work.period_ns(), false);
+            }
+            if old.period_claimed() {
+                crate::sync::wait_round(&mut round);
+                continue;
+            }
+            if header.state.cas(old, old.with_period_claim()) {
+                return (header.claimed_period(), true);
+            }
         }
-        work.header().settled_period(old).unwrap_or_else(|| {
-            self.settle_period(work.header());
-            work.period_ns()
-        })
     }
 
     /// Arms for now + `delay` unless the work is pending for sooner (the kernel's
@@ -335,6 +374,10 @@ impl Shared {
             return;
         }
         let now = self.now_ns();
+        // The period this touch arms for, claimed so that the word it decides on keeps
+        // that period (see the ground rules in `state`).
+        let (period, claimed) = self.claim_period(work);
+        let period = period.max(self.slack_ns());
         let armed = self.commit(&mut core, work, now, |old| {
             // A timeout work that became armed or running meanwhile has the new stamp.
             let busy = if old.is_timeout() {
@@ -342,17 +385,24 @@ impl Shared {
             } else {
                 old.is_pending()
             };
-            if busy || old.refuses_touch() {
+            let new = if busy || old.refuses_touch() {
                 return None;
-            }
-            if old.is_running() {
+            } else if old.is_running() {
                 // A touch during a run only turns the callback's `Park` into
                 // "armed"; whatever else it decides stands (see `complete`).
-                return Some(old.touched_during_run());
-            }
-            let period = self.period_of(work, old).max(self.slack_ns());
-            Some(old.armed(Shared::deadline_after(now, period)))
+                old.touched_during_run()
+            } else {
+                old.armed(Shared::deadline_after(now, period))
+            };
+            Some(if claimed {
+                new.without_period_claim()
+            } else {
+                new
+            })
         });
+        if claimed && armed.is_none() {
+            work.header().state.release_period_claim();
+        }
         if let Some((old, _)) = armed {
             if old.is_timeout() && self.stamps_with_ticks(work) && self.touch_tick.note_touch() {
                 // Its touches postpone it from now on: the tick must move.

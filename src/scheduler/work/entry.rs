@@ -23,12 +23,18 @@
 //!   and tagged with the epoch of the entry it describes. A deadline serves when its
 //!   granule, rounded down, is not before the placement's: the deadline is then no
 //!   earlier than the entry's tick.
-//! - It is written under the core lock right after the CAS that makes an entry live
-//!   (a link, in `Shared::commit`, or a move of an entry later, which claims a new epoch
-//!   for the same entry in `classify`), and read by the lock-free arm after the state word
-//!   whose epoch it must match. A placement read with an older state word than the one it
-//!   belongs to fails the tag check or the arm's CAS (the word moved on); so a lock-free
-//!   arm never trusts a placement that is not its live entry's.
+//! - It is written under the core lock just before the CAS that makes an entry live (a
+//!   link, in `Shared::commit`, or a move of an entry later, which claims a new epoch for
+//!   the same entry in `classify`), and read by the lock-free arm after the state word
+//!   whose epoch it must match. A placement written for an epoch that is not (yet) the
+//!   word's fails the tag check; and an arm that read a word sees the placement written
+//!   before that word's epoch was claimed, or a later one.
+//! - The epoch has two bits, so a state word can leave and come back bit for bit across
+//!   four links while an arm is between its reads and its CAS, with another entry live.
+//!   An arm that lowered its deadline through the placement therefore reads it again
+//!   after its CAS: if it moved, the arm checks its entry under the lock and links one
+//!   (`Shared::recheck_lowered`). The second read is one load; the lock is taken only
+//!   when the placement moved.
 //! - An entry is only ever moved later by claiming a new epoch: moving it without one
 //!   would let an arm that read the old placement lower the deadline below the new one
 //!   with a CAS that still succeeds.

@@ -5,7 +5,6 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::allocation::PERIOD_MAX_NS;
 use super::{Ctx, Next, WorkStats};
 
 use crate::Scheduler;
@@ -92,8 +91,7 @@ impl Work {
         } else {
             Kind::FollowsArms
         };
-        let period_word = period_ns.min(PERIOD_MAX_NS);
-        Work::from_callback(scheduler, Closure::new(f), kind, period_word)
+        Work::from_callback(scheduler, Closure::new(f), kind, period_ns)
     }
 
     /// A `once` work (see [`Scheduler::once`]), not armed yet.

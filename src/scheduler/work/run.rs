@@ -29,6 +29,21 @@ pub(crate) struct Taken {
     pub(crate) worker_slot: Option<usize>,
 }
 
+/// What a completion knows besides the word and the callback's decision.
+#[derive(Debug, Clone, Copy)]
+struct RunEnd {
+    /// The time of the completion.
+    now_ns: u64,
+    /// The scheduler shut down during the run.
+    shutdown: bool,
+    /// The period `Again` and a touched `Park` re-arm for, claimed (see `claim_period`).
+    period: u64,
+    /// How long a `Yield` waits (0: at once).
+    yield_delay_ns: u64,
+    /// A `once` work: its one run leaves nothing armed.
+    once: bool,
+}
+
 /// How [`Shared::execute`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -101,10 +116,10 @@ impl Shared {
                 // must fail its CAS.
                 let mut moved = state;
                 let epoch = moved.claim_entry();
+                header.stats.set_placement(Placement::encode(due, epoch));
                 if !header.state.cas(state, moved) {
                     continue;
                 }
-                header.stats.set_placement(Placement::encode(due, epoch));
                 return Class::Wait(due, Some(epoch));
             }
             if state.is_running() || state.is_left_to_a_flusher() {
@@ -290,9 +305,28 @@ impl Shared {
         let shutdown = core.shutdown;
         // A worker loops back to the structure right after this (see `kick`).
         core.completing_on_worker = worker_slot.is_some();
+        // `Again`, and a `Park` after a touch during the run, re-arm for the period: it is
+        // claimed, so that the word this completion decides on keeps it (see the ground
+        // rules in `state`), and the completion's CAS releases the claim.
+        let (period, claimed) = match next {
+            Some(Next::Again | Next::Park) if !shutdown => self.claim_period(&work),
+            _ => (0, false),
+        };
+        let ending = RunEnd {
+            now_ns: now,
+            shutdown,
+            period,
+            yield_delay_ns,
+            once,
+        };
         let (_, state) = self
             .commit(&mut core, &work, now, |old| {
-                Some(self.after_run(&work, old, next, now, shutdown, yield_delay_ns))
+                let new = self.after_run(old, next, &ending);
+                Some(if claimed {
+                    new.without_period_claim()
+                } else {
+                    new
+                })
             })
             .expect("the edit always applies");
         if state.is_timeout() && !state.is_pending() && !state.refuses_touch() && !shutdown {
@@ -337,24 +371,20 @@ impl Shared {
     /// run) or the scheduler shut down during it (an instance armed meanwhile would
     /// never run: the drain is over). `next` is `None` for a panic. A `once` work's one
     /// run leaves nothing armed.
-    fn after_run(
-        &self,
-        work: &WorkRef,
-        old: State,
-        next: Option<Next>,
-        now_ns: u64,
-        shutdown: bool,
-        yield_delay_ns: u64,
-    ) -> State {
+    fn after_run(&self, old: State, next: Option<Next>, ending: &RunEnd) -> State {
+        let RunEnd {
+            now_ns,
+            shutdown,
+            period,
+            yield_delay_ns,
+            once,
+        } = *ending;
         let ended = old.run_ended();
         let new = match next {
             None => ended.poisoned(),
             Some(_) if shutdown => ended.disarmed(),
             Some(_) if old.refuses_arm() => ended,
             Some(next) => {
-                // The period as of `old`: an arm that changed it before this CAS has
-                // stored it (see `period_of`).
-                let period = self.period_of(work, old);
                 let new = self.apply_next(ended, next, now_ns, period, yield_delay_ns);
                 if next == Next::Park && old.was_touched_during_run() && !new.is_pending() {
                     // A touch during the run, and the callback parked: armed for its
@@ -365,7 +395,7 @@ impl Shared {
                 }
             }
         };
-        if work.is_once() { new.disarmed() } else { new }
+        if once { new.disarmed() } else { new }
     }
 
     /// The callback's decision, applied to the word of a run that ended.

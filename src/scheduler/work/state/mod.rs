@@ -46,15 +46,19 @@
 //!   disarms once it is set, and a lock-free arm needs a live entry (`QUEUED`), which no
 //!   work has once shutdown drained the timer structure.
 //! - A `work()`'s period is a second word, which must agree with the deadline of the
-//!   arm that set it. An arm that changes it, lock-free or locked, flips `PERIOD_PARITY`
-//!   in the CAS that publishes its deadline, then stores the period with the same parity
-//!   in the period word's top bit (`Header::settled_period`). While the two parities
-//!   differ the period word may still hold the previous arm's delay: no other arm may
-//!   change the period (its CAS would start a second change over an unfinished one), and
-//!   a reader that needs the period (a completion's `Again`, a touch arming a parked
-//!   work) waits through those few instructions (see `Shared::period_of`). Arms that
-//!   keep the period, and every other transition, never wait for it. So a change costs
-//!   the arm's CAS and one plain store, and nothing has to be cleared.
+//!   arm that set it, and which `Next::Again` and a touch of a parked work read to decide
+//!   their new word. `PERIOD_CLAIMED` is a bit lock on it, taken by a CAS from a word
+//!   without it, so one thread at a time holds it, and released by its holder (a
+//!   `fetch_and`, or the CAS that publishes the holder's decision). An arm of a `work()`,
+//!   lock-free or locked, takes it in the CAS that publishes its deadline, stores its
+//!   delay and releases it; a completion or a touch that needs the period takes it first
+//!   and releases it with the CAS of its new word. While it is held no other claim
+//!   succeeds: arms go to the lock and wait there outside the core lock, readers wait.
+//!   Every other transition keeps the bit as it is and never waits for it. A held claim
+//!   is what makes the pair airtight: a decision made from the period read under it
+//!   cannot be fooled by a word that another thread changed and brought back bit for bit
+//!   meanwhile, as a decision from an unclaimed read could (a word that leaves and comes
+//!   back carries no trace of the period stored in between).
 //! - `FIRING` (timeout works): set by a worker before it reads the work's latest touch to
 //!   decide whether it is due, and cleared by every `touch()` that records a newer time.
 //!   The worker's take is a CAS that expects `FIRING`, so a touch that lands between the
@@ -140,13 +144,11 @@ const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
 const DETACHED: u64 = 1 << 18;
 
-/// The parity of a `work()`'s period changes: flipped by the CAS of each arm that
-/// changes the period, and matched by the period word's top bit once that arm stored the
-/// period (see the ground rules). The bit is [`FIRING`]'s: `FIRING` is only ever set on
-/// a timeout work and this only on a work whose period follows its arms (neither `every`
-/// nor timeout), so the two never meet on one work, and only a timeout work's
-/// transitions clear `FIRING`.
-const PERIOD_PARITY: u64 = FIRING;
+/// A `work()`'s period word is claimed (see the ground rules). The bit is [`FIRING`]'s:
+/// `FIRING` is only ever set on a timeout work and this only on a work whose period
+/// follows its arms (neither `every` nor timeout), so the two never meet on one work, and
+/// only a timeout work's transitions clear `FIRING`.
+const PERIOD_CLAIMED: u64 = FIRING;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
@@ -238,6 +240,13 @@ impl StateCell {
     /// the word before.
     fn set_flag(&self, flag: u64) -> State {
         State(self.0.fetch_or(flag, Ordering::AcqRel))
+    }
+
+    /// Releases the claim on a `work()`'s period, which the caller holds (release: the
+    /// next holder sees the period it stored).
+    #[inline]
+    pub(crate) fn release_period_claim(&self) {
+        self.0.fetch_and(!PERIOD_CLAIMED, Ordering::AcqRel);
     }
 
     /// Marks the work as having a custom name.
@@ -338,7 +347,7 @@ impl State {
         let increment = self.has(YIELDED);
         self.clear(PENDING | YIELDED | QUEUED);
         if self.has(TIMEOUT) {
-            // Only a timeout's: on a `work()` the bit is `PERIOD_PARITY`.
+            // Only a timeout's: on a `work()` the bit is `PERIOD_CLAIMED`.
             self.clear(FIRING);
         }
         self.set(RUNNING);
@@ -352,11 +361,22 @@ impl State {
         !self.has(FIXED_PERIOD | TIMEOUT)
     }
 
-    /// The word after an arm that changes a `work()`'s period: [`PERIOD_PARITY`]
-    /// flipped. Returns the new parity, which the period word must then carry.
-    pub(crate) fn flip_period_parity(&mut self) -> bool {
-        self.0 ^= PERIOD_PARITY;
-        self.has(PERIOD_PARITY)
+    /// Whether a thread holds the claim on a `work()`'s period (see
+    /// [`PERIOD_CLAIMED`]).
+    #[inline]
+    pub(crate) fn period_claimed(self) -> bool {
+        self.period_follows_arms() && self.has(PERIOD_CLAIMED)
+    }
+
+    /// With the claim on the period taken.
+    #[inline]
+    pub(crate) fn with_period_claim(self) -> State {
+        self.with(PERIOD_CLAIMED)
+    }
+
+    /// With the claim on the period released.
+    pub(crate) fn without_period_claim(self) -> State {
+        self.without(PERIOD_CLAIMED)
     }
 
     /// Whether an arm request must be refused (disabled, poisoned, being cancelled,

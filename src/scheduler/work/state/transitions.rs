@@ -5,8 +5,8 @@
 
 use super::{
     CANCEL_WAITING, CLOSURE_DROPPED, DETACHED, DISABLED, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER,
-    NAMED, ORPHANED, PENDING, PERIOD_PARITY, POISONED, QUEUED, REARM_REFUSED, RUNNING,
-    RUNNING_INCREMENT, STOPPED, State, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
+    NAMED, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED,
+    State, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
 };
 
 impl State {
@@ -96,11 +96,6 @@ impl State {
     /// it, and nobody orphaned it yet.
     pub(crate) fn detached_life_is_over(self) -> bool {
         self.has(DETACHED) && !self.has(PENDING | ORPHANED)
-    }
-
-    /// A `work()`'s period parity (see [`PERIOD_PARITY`]).
-    pub(crate) fn period_parity(self) -> bool {
-        self.has(PERIOD_PARITY)
     }
 
     // --- The transitions, each a new word from this one. ---
