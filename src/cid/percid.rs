@@ -36,16 +36,23 @@
 
 use std::sync::Arc;
 
-use super::IdSpace;
 use super::barrier;
 use super::reader::{Gate, IDLE, thread_tag};
 use super::registry;
 use super::slots::{Buckets, Slot};
 use super::space::{SpaceInner, Trim};
+use super::{Cid, IdSpace};
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
+
+/// A serial number for a new storage: unique in the process (0 is never given out).
+fn next_storage_serial() -> u64 {
+    // A std atomic: it is not part of any modelled protocol.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
 /// The reclaim callback and the values waiting for it (see the module docs).
@@ -64,6 +71,8 @@ struct Reclaimer<T> {
 /// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
 /// see `slots.rs` and `reader.rs`.
 struct Storage<T> {
+    /// I: a number no other storage has, the key of the owners' slot caches (`slots.rs`).
+    serial: u64,
     /// G: the slot arrays.
     buckets: Buckets<T>,
     /// G: excludes readers and trims; carries the reader protocol's wakeups.
@@ -296,6 +305,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// ```
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
         let storage = Arc::new(Storage {
+            serial: next_storage_serial(),
             buckets: Buckets::new(),
             gate: Gate::new(),
             init: Box::new(init),
@@ -374,20 +384,71 @@ impl<T: Send + 'static> PerCid<T> {
     /// ```
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let Some(cid) = self.space.enter_first_level() else {
+            return self.with_nested_or_looked_up(f);
+        };
+        let slot = self.slot(&cid);
+        // The thread's outermost guard in this space: no `with` of this thread on any
+        // `PerCid` of the space is in progress, so its slot is not borrowed.
+        debug_assert_eq!(slot.borrowed.load(Ordering::Relaxed), 0);
+        // The guard came from `enter()`'s fast path: the light barrier is a compiler fence.
+        let _borrow = Borrow::<_, true>::start(slot, &self.storage.gate);
+        self.with_borrowed(slot, f)
+    }
+
+    /// `with` inside another guard of the thread in this space (a `with` on another
+    /// `PerCid`, a `Cid` it holds, or a `with` on this one, which panics), or off
+    /// `enter()`'s fast path (see `enter_first_level`).
+    #[cold]
+    #[inline(never)]
+    fn with_nested_or_looked_up<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let cid = self.space.enter();
-        // SAFETY: `cid` pins the id until after `_borrow` is dropped.
-        let slot = unsafe { self.storage.buckets.slot(cid.get()) };
+        let slot = self.slot(&cid);
         assert!(
             slot.borrowed.load(Ordering::Relaxed) == 0,
             "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
              already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
              keep the nested state in a separate PerCid"
         );
-        let _borrow = Borrow::start(slot, &self.storage.gate);
+        let _borrow = Borrow::<_, false>::start(slot, &self.storage.gate);
+        self.with_borrowed(slot, f)
+    }
+
+    /// The slot of `cid`'s id, from the thread's slot cache when it holds this storage's.
+    #[inline(always)]
+    fn slot<'c>(&'c self, cid: &'c Cid<'_>) -> &'c Slot<T> {
+        if let Some(cache) = cid.slot_cache() {
+            // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
+            // storage's.
+            if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
+                return slot;
+            }
+        }
+        self.slot_looked_up(cid)
+    }
+
+    /// `slot` without the cache: the bucket lookup, and the cache filled with the result.
+    #[cold]
+    #[inline(never)]
+    fn slot_looked_up<'c>(&'c self, cid: &'c Cid<'_>) -> &'c Slot<T> {
+        // SAFETY: `cid` pins the id while the returned reference lives.
+        let slot = unsafe { self.storage.buckets.slot(cid.get()) };
+        if let Some(cache) = cid.slot_cache() {
+            // SAFETY: `cid` is a guard of the cache's record, whose id it pins, and
+            // `slot` is that id's slot in this storage.
+            unsafe { cache.set(self.storage.serial, slot) };
+        }
+        slot
+    }
+
+    /// `f` on the value of `slot`, the slot of the id the caller pins, which the caller
+    /// has borrowed; creates the value first if the slot has none.
+    #[inline(always)]
+    fn with_borrowed<R>(&self, slot: &Slot<T>, f: impl FnOnce(&mut T) -> R) -> R {
         slot.value.with_mut(|value| {
-            // SAFETY: `cid` pins an id no other live guard has, a reader visits the slot
-            // only while it is not borrowed (`reader.rs`), and a trim only takes values of
-            // ids nobody owns, so this is the only reference to the value.
+            // SAFETY: the caller pins an id no other live guard has, a reader visits the
+            // slot only while it is not borrowed (`reader.rs`), and a trim only takes
+            // values of ids nobody owns, so this is the only reference to the value.
             let value = unsafe { &mut *value };
             let value = match value {
                 Some(value) => value,
@@ -581,19 +642,33 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
 }
 
 /// The owner's borrow of its slot: B, the barrier and L on start; E, the barrier and N
-/// on drop (see `reader.rs`).
-struct Borrow<'a, T> {
+/// on drop (see `reader.rs`). `ASYMMETRIC`: the guard came from `enter()`'s fast path,
+/// where the light barrier is a compiler fence (`enter_first_level`), so it need not read
+/// the barrier mode.
+struct Borrow<'a, T, const ASYMMETRIC: bool> {
     slot: &'a Slot<T>,
     gate: &'a Gate,
 }
 
-impl<'a, T> Borrow<'a, T> {
-    #[inline]
+/// The light barrier of a `Borrow`.
+#[inline(always)]
+fn light<const ASYMMETRIC: bool>() {
+    if ASYMMETRIC {
+        barrier::light_asymmetric();
+    } else {
+        barrier::light();
+    }
+}
+
+impl<'a, T, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
+    #[inline(always)]
     fn start(slot: &'a Slot<T>, gate: &'a Gate) -> Self {
+        // (B)
         slot.borrowed.store(1, Ordering::Relaxed);
         // From here on the guard undoes the borrow, also if `wait_for_reader` panics.
         let borrow = Borrow { slot, gate };
-        barrier::light();
+        light::<ASYMMETRIC>();
+        // (L)
         if slot.reading.load(Ordering::Acquire) != IDLE {
             gate.wait_for_reader(slot);
         }
@@ -601,11 +676,13 @@ impl<'a, T> Borrow<'a, T> {
     }
 }
 
-impl<T> Drop for Borrow<'_, T> {
-    #[inline]
+impl<T, const ASYMMETRIC: bool> Drop for Borrow<'_, T, ASYMMETRIC> {
+    #[inline(always)]
     fn drop(&mut self) {
+        // (E)
         self.slot.borrowed.store(0, Ordering::Release);
-        barrier::light();
+        light::<ASYMMETRIC>();
+        // (N)
         if self.slot.reading.load(Ordering::Relaxed) != IDLE {
             self.gate.wake_reader();
         }
