@@ -34,12 +34,14 @@
 //!   queue is empty. No trim waits for another's callbacks, and none finds the callback
 //!   missing while another runs it.
 
+use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::barrier;
 use super::reader::{Gate, IDLE, thread_tag};
 use super::registry;
-use super::slots::{Buckets, Slot};
+use super::slots::{Buckets, Slot, SlotCache};
 use super::space::{SpaceInner, Trim};
 use super::{Cid, IdSpace};
 use crate::contain::contain;
@@ -387,13 +389,21 @@ impl<T: Send + 'static> PerCid<T> {
         let Some(cid) = self.space.enter_first_level() else {
             return self.with_nested_or_looked_up(f);
         };
-        let slot = self.slot(&cid);
+        let cached = match cid.slot_cache() {
+            // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
+            // storage's.
+            Some(cache) => unsafe { cache.get(self.storage.serial) },
+            None => None,
+        };
+        let Some(slot) = cached else {
+            return self.with_looked_up(cid, f);
+        };
         // The thread's outermost guard in this space: no `with` of this thread on any
-        // `PerCid` of the space is in progress, so its slot is not borrowed.
-        debug_assert_eq!(slot.borrowed.load(Ordering::Relaxed), 0);
-        // The guard came from `enter()`'s fast path: the light barrier is a compiler fence.
-        let _borrow = Borrow::<_, true>::start(slot, &self.storage.gate);
-        self.with_borrowed(slot, f)
+        // `PerCid` of the space is in progress, so its slot is not borrowed. The guard came
+        // from `enter()`'s fast path, where the light barrier is a compiler fence.
+        // SAFETY: `slot` is the slot of `cid`'s id (the cache's contract).
+        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
+        self.with_borrowed(borrow, f)
     }
 
     /// `with` inside another guard of the thread in this space (a `with` on another
@@ -403,59 +413,119 @@ impl<T: Send + 'static> PerCid<T> {
     #[inline(never)]
     fn with_nested_or_looked_up<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
         let cid = self.space.enter();
-        let slot = self.slot(&cid);
+        // SAFETY: `cid` pins its id, and its cache is its record's.
+        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
+        // SAFETY: `cid` pins the slot's id, so the slot stays linked.
+        let borrowed = unsafe { slot.as_ref() }.borrowed.load(Ordering::Relaxed);
         assert!(
-            slot.borrowed.load(Ordering::Relaxed) == 0,
+            borrowed == 0,
             "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
              already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
              keep the nested state in a separate PerCid"
         );
-        let _borrow = Borrow::<_, false>::start(slot, &self.storage.gate);
-        self.with_borrowed(slot, f)
+        // SAFETY: `slot` is the slot of `cid`'s id.
+        let borrow = unsafe { Borrow::<_, false>::start(cid, slot, self) };
+        self.with_borrowed(borrow, f)
     }
 
-    /// The slot of `cid`'s id, from the thread's slot cache when it holds this storage's.
-    #[inline(always)]
-    fn slot<'c>(&'c self, cid: &'c Cid<'_>) -> &'c Slot<T> {
-        if let Some(cache) = cid.slot_cache() {
-            // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
-            // storage's.
-            if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
-                return slot;
-            }
-        }
-        self.slot_looked_up(cid)
-    }
-
-    /// `slot` without the cache: the bucket lookup, and the cache filled with the result.
+    /// `with` on `enter()`'s fast path whose slot is not in the thread's cache: looks it up
+    /// and caches it. `cid` is the thread's outermost guard in this space (see `with`).
     #[cold]
     #[inline(never)]
-    fn slot_looked_up<'c>(&'c self, cid: &'c Cid<'_>) -> &'c Slot<T> {
-        // SAFETY: `cid` pins the id while the returned reference lives.
-        let slot = unsafe { self.storage.buckets.slot(cid.get()) };
-        if let Some(cache) = cid.slot_cache() {
-            // SAFETY: `cid` is a guard of the cache's record, whose id it pins, and
-            // `slot` is that id's slot in this storage.
-            unsafe { cache.set(self.storage.serial, slot) };
+    fn with_looked_up<R>(&self, cid: Cid<'_>, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: `cid` pins its id, and its cache is its record's.
+        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
+        // SAFETY: `slot` is the slot of `cid`'s id.
+        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
+        self.with_borrowed(borrow, f)
+    }
+
+    /// The slot of `id`, from `cache` if it holds this storage's, else looked up in the
+    /// buckets and cached.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a guard that pins `id`, and `cache` is the cache of that guard's
+    /// record (`None` for a transient id). The slot stays linked while the guard lives.
+    unsafe fn slot(&self, cache: Option<&SlotCache>, id: usize) -> NonNull<Slot<T>> {
+        let Some(cache) = cache else {
+            // SAFETY: the caller pins `id`.
+            return NonNull::from(unsafe { self.storage.buckets.slot(id) });
+        };
+        // SAFETY: the caller holds a guard of the cache's record, and `serial` is this
+        // live storage's.
+        if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
+            return slot;
         }
+        // SAFETY: the caller pins `id`.
+        let slot = NonNull::from(unsafe { self.storage.buckets.slot(id) });
+        // SAFETY: the caller holds a guard of the cache's record, pinning `id`, and `slot`
+        // is that id's slot in this storage.
+        unsafe { cache.set(self.storage.serial, slot) };
         slot
     }
 
-    /// `f` on the value of `slot`, the slot of the id the caller pins, which the caller
-    /// has borrowed; creates the value first if the slot has none.
+    /// The rest of `with` once the slot is borrowed (B and the barrier done): L, then `f`
+    /// on the value. The owner's fast path is straight-line; a flagged slot or a missing
+    /// value hands the borrow, guard and all, to `with_borrowed_slow`, so that no guard
+    /// is alive across a call that could unwind into this frame (its cleanup would keep
+    /// the guard in memory rather than in registers).
     #[inline(always)]
-    fn with_borrowed<R>(&self, slot: &Slot<T>, f: impl FnOnce(&mut T) -> R) -> R {
+    fn with_borrowed<R, const ASYMMETRIC: bool>(
+        &self,
+        borrow: Borrow<'_, T, ASYMMETRIC>,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        // SAFETY: `borrow` holds the guard that keeps the slot linked; it is dropped, or
+        // handed on, only after the last use of this reference.
+        let slot = unsafe { borrow.slot.as_ref() };
+        // (L)
+        if slot.reading.load(Ordering::Acquire) != IDLE {
+            return self.with_borrowed_slow(borrow, true, f);
+        }
         slot.value.with_mut(|value| {
-            // SAFETY: the caller pins an id no other live guard has, a reader visits the
-            // slot only while it is not borrowed (`reader.rs`), and a trim only takes
-            // values of ids nobody owns, so this is the only reference to the value.
+            // SAFETY: `borrow` holds a guard on an id no other live guard has and has
+            // borrowed its slot, L saw no reader (a reader visits the slot only while it is
+            // not borrowed: `reader.rs`), and a trim only takes values of ids nobody owns,
+            // so this is the only reference to the value until `borrow` is dropped.
+            match unsafe { &mut *value } {
+                Some(value) => {
+                    let result = f(value);
+                    drop(borrow);
+                    result
+                }
+                None => self.with_borrowed_slow(borrow, false, f),
+            }
+        })
+    }
+
+    /// `with_borrowed` off its straight line: waits for the reader that flagged the slot
+    /// (`flagged`: L saw the flag), makes the slot's first value if it has none, runs `f`.
+    #[cold]
+    #[inline(never)]
+    fn with_borrowed_slow<R, const ASYMMETRIC: bool>(
+        &self,
+        borrow: Borrow<'_, T, ASYMMETRIC>,
+        flagged: bool,
+        f: impl FnOnce(&mut T) -> R,
+    ) -> R {
+        // SAFETY: as in `with_borrowed`.
+        let slot = unsafe { borrow.slot.as_ref() };
+        if flagged {
+            self.storage.gate.wait_for_reader(slot);
+        }
+        let result = slot.value.with_mut(|value| {
+            // SAFETY: as in `with_borrowed`; L saw no reader (in `wait_for_reader` if not
+            // before).
             let value = unsafe { &mut *value };
             let value = match value {
                 Some(value) => value,
                 None => self.first_value(value),
             };
             f(value)
-        })
+        });
+        drop(borrow);
+        result
     }
 
     #[cold]
@@ -641,13 +711,18 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
     }
 }
 
-/// The owner's borrow of its slot: B, the barrier and L on start; E, the barrier and N
-/// on drop (see `reader.rs`). `ASYMMETRIC`: the guard came from `enter()`'s fast path,
-/// where the light barrier is a compiler fence (`enter_first_level`), so it need not read
-/// the barrier mode.
-struct Borrow<'a, T, const ASYMMETRIC: bool> {
-    slot: &'a Slot<T>,
-    gate: &'a Gate,
+/// The owner's borrow of its slot, with the guard pinning the slot's id: B and the barrier
+/// on start (L is `with_borrowed`'s); E, the barrier and N on drop, then the guard's drop
+/// (see `reader.rs`). One value, so that the calls off `with`'s straight line can take it
+/// over whole. `ASYMMETRIC`: the guard came from `enter()`'s fast path, where the light
+/// barrier is a compiler fence (`enter_first_level`), so it need not read the barrier mode.
+struct Borrow<'a, T: Send + 'static, const ASYMMETRIC: bool> {
+    /// Dropped last, by `drop` (E and N come first).
+    cid: ManuallyDrop<Cid<'a>>,
+    /// The slot of `cid`'s id, linked while `cid` lives.
+    slot: NonNull<Slot<T>>,
+    /// The slot's `PerCid` (the one `with` has at hand: no other address to compute).
+    percid: &'a PerCid<T>,
 }
 
 /// The light barrier of a `Borrow`.
@@ -660,32 +735,44 @@ fn light<const ASYMMETRIC: bool>() {
     }
 }
 
-impl<'a, T, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
+impl<'a, T: Send + 'static, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
+    /// Borrows `slot` (B and the barrier). The caller checks L next.
+    ///
+    /// # Safety
+    ///
+    /// `slot` is the slot of `cid`'s id in `percid`.
     #[inline(always)]
-    fn start(slot: &'a Slot<T>, gate: &'a Gate) -> Self {
+    unsafe fn start(cid: Cid<'a>, slot: NonNull<Slot<T>>, percid: &'a PerCid<T>) -> Self {
         // (B)
-        slot.borrowed.store(1, Ordering::Relaxed);
-        // From here on the guard undoes the borrow, also if `wait_for_reader` panics.
-        let borrow = Borrow { slot, gate };
+        // SAFETY: `cid` pins the slot's id (the caller's contract), so it is linked.
+        unsafe { slot.as_ref() }
+            .borrowed
+            .store(1, Ordering::Relaxed);
         light::<ASYMMETRIC>();
-        // (L)
-        if slot.reading.load(Ordering::Acquire) != IDLE {
-            gate.wait_for_reader(slot);
+        Borrow {
+            cid: ManuallyDrop::new(cid),
+            slot,
+            percid,
         }
-        borrow
     }
 }
 
-impl<T, const ASYMMETRIC: bool> Drop for Borrow<'_, T, ASYMMETRIC> {
+impl<T: Send + 'static, const ASYMMETRIC: bool> Drop for Borrow<'_, T, ASYMMETRIC> {
     #[inline(always)]
     fn drop(&mut self) {
+        // SAFETY: `self.cid` still pins the slot's id (it is dropped last).
+        let slot = unsafe { self.slot.as_ref() };
         // (E)
-        self.slot.borrowed.store(0, Ordering::Release);
+        slot.borrowed.store(0, Ordering::Release);
         light::<ASYMMETRIC>();
         // (N)
-        if self.slot.reading.load(Ordering::Relaxed) != IDLE {
-            self.gate.wake_reader();
+        if slot.reading.load(Ordering::Relaxed) != IDLE {
+            // Takes a lock that ignores poisoning and notifies: it does not unwind (if it
+            // ever did, the guard below would stay pinned, as a leaked guard does).
+            self.percid.storage.gate.wake_reader();
         }
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.cid) };
     }
 }
 

@@ -79,16 +79,17 @@ impl SlotCache {
     ///
     /// The caller holds a guard of this cache's record, and `serial` is the serial of a
     /// live `PerCid` storage of `T`s (serials are unique, so an entry found under it was
-    /// filled with a slot of that storage). The reference is valid while that guard lives.
+    /// filled with a slot of that storage). The slot is then the one of the guard's id,
+    /// and stays linked while that guard lives (see the module docs).
     #[inline(always)]
-    pub(super) unsafe fn get<T>(&self, serial: u64) -> Option<&Slot<T>> {
+    pub(super) unsafe fn get<T>(&self, serial: u64) -> Option<NonNull<Slot<T>>> {
         if self.storage.load(std::sync::atomic::Ordering::Relaxed) != serial {
             return None;
         }
         let slot = self.slot.load(std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: filled by `set` for storage `serial`, whose `T` it is, with the slot of
-        // `own`, still linked while the caller's guard lives (see the module docs).
-        Some(unsafe { &*slot.cast::<Slot<T>>() })
+        // SAFETY: a key that is a serial (never 0) was stored by `set`, after the slot's
+        // address, which is not null; only this thread writes either field.
+        Some(unsafe { NonNull::new_unchecked(slot.cast()) })
     }
 
     /// Caches `slot`, the slot of the record's `own` in storage `serial`.
@@ -97,11 +98,9 @@ impl SlotCache {
     ///
     /// The caller holds a guard of this cache's record, and `slot` is the slot of its id in
     /// the storage numbered `serial`.
-    pub(super) unsafe fn set<T>(&self, serial: u64, slot: &Slot<T>) {
-        self.slot.store(
-            ptr::from_ref(slot).cast_mut().cast(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+    pub(super) unsafe fn set<T>(&self, serial: u64, slot: NonNull<Slot<T>>) {
+        self.slot
+            .store(slot.as_ptr().cast(), std::sync::atomic::Ordering::Relaxed);
         self.storage
             .store(serial, std::sync::atomic::Ordering::Relaxed);
     }
