@@ -483,7 +483,7 @@ impl<T: Send + 'static> PerCid<T> {
         if slot.reading.load(Ordering::Acquire) != IDLE {
             return self.with_borrowed_slow(borrow, true, f);
         }
-        slot.value.with_mut(|value| {
+        let ran = slot.value.with_mut(move |value| {
             // SAFETY: `borrow` holds a guard on an id no other live guard has and has
             // borrowed its slot, L saw no reader (a reader visits the slot only while it is
             // not borrowed: `reader.rs`), and a trim only takes values of ids nobody owns,
@@ -492,11 +492,16 @@ impl<T: Send + 'static> PerCid<T> {
                 Some(value) => {
                     let result = f(value);
                     drop(borrow);
-                    result
+                    Ok(result)
                 }
-                None => self.with_borrowed_slow(borrow, false, f),
+                // Out of this access first: the slow path makes its own.
+                None => Err((borrow, f)),
             }
-        })
+        });
+        match ran {
+            Ok(result) => result,
+            Err((borrow, f)) => self.with_borrowed_slow(borrow, false, f),
+        }
     }
 
     /// `with_borrowed` off its straight line: waits for the reader that flagged the slot
