@@ -1,13 +1,24 @@
 //! [`PerCid`]: one lazily created slot per concurrency id, an owner's exclusive `with`, a
 //! reader's `for_each` beside the owners, and memory that follows the live concurrency.
 //!
-//! The slot arrays are in `slots.rs` (who may reach a bucket, and when a trim frees one);
-//! the reader's protocol against owners and trims is in `reader.rs`. This file puts them
-//! together:
+//! The slot arrays are in `slots.rs` (who may reach a bucket, when a trim frees one, and
+//! why the owner's slot cache stays right); the reader's protocol against owners and trims
+//! is in `reader.rs`. This file puts them together:
 //!
 //! - `with` pins the calling thread's id, which no other live guard has, so it can hand
 //!   out `&mut T` without a lock; the borrow is announced to readers as `reader.rs`
 //!   describes, with no read-modify-write.
+//! - **`with`'s straight line.** The outermost `with` of a thread in a space starts from
+//!   `enter()`'s fast path (`SpaceInner::enter_first_level`), so it knows three things
+//!   without looking: the light barrier is a compiler fence (the cached record's key says
+//!   so); no `with` of the thread on any `PerCid` of the space is in progress, so its
+//!   slot is not borrowed and the re-entrancy check is left to nested calls; and the
+//!   thread's record is at hand, whose slot cache gives the slot without the bucket
+//!   lookup. What remains is B, L, the value, E, N and the unpin. The borrow (`Borrow`)
+//!   holds the guard, and every step off the straight line (a cache miss, a flagged slot,
+//!   a first value, a nested call) hands both to a cold function that finishes the call,
+//!   so no guard is alive across a call that could unwind into `with`'s frame and the
+//!   guard stays in registers.
 //! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
 //!   space lock it takes the values of slots at or above the high water (owned by
 //!   nobody) and unlinks the arrays wholly above it; after letting go of both it passes

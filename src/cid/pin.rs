@@ -9,7 +9,9 @@
 //!
 //! Each (thread, space) pair has a record: `cid` (the owned id or none, possibly marked
 //! `MOVE`: see "Moving down"), `own` (the id the
-//! thread last took; only the thread touches it), `pin`, and `seen` (the scan's). `pin` is
+//! thread last took; only the thread touches it), `pin`, `seen` (the scan's), and
+//! `slots` (the thread's cached `PerCid` slot for `own`, which `acquire` empties: see
+//! `slots.rs`; the scan never reads it). `pin` is
 //! one word written only by the thread, with plain stores (a load, then a store): its low
 //! half (`PINS`) holds the guard nesting depth and the `ORPHANED` flag (see below), so the
 //! record is pinned while it is not zero; its high half counts the thread's first-level
