@@ -500,17 +500,17 @@ impl<T: Send + 'static> PerCid<T> {
             // not borrowed: `reader.rs`), and a trim only takes values of ids nobody owns,
             // so this is the only reference to the value until `borrow` is dropped.
             match unsafe { &mut *value } {
-                Some(value) => {
-                    let result = f(value);
-                    drop(borrow);
-                    Ok(result)
-                }
+                Some(value) => Ok((f(value), borrow)),
                 // Out of this access first: the slow path makes its own.
                 None => Err((borrow, f)),
             }
         });
         match ran {
-            Ok(result) => result,
+            Ok((result, borrow)) => {
+                // E only after the access to the value has ended.
+                drop(borrow);
+                result
+            }
             Err((borrow, f)) => self.with_borrowed_slow(borrow, false, f),
         }
     }
