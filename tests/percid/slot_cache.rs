@@ -4,9 +4,13 @@
 //! (and the id handed to another thread), the thread moved down to another id, a
 //! `PerCid` made where a dropped one was, and two `PerCid`s of one space used in turn and
 //! nested. Each checks values, which a stale slot would mix up (or read from freed
-//! memory).
+//! memory). And a panic on each of `with`'s paths (the straight line's closure, a first
+//! value's `init`, a nested `with` on the same `PerCid`) leaves the slot unborrowed and
+//! the thread unpinned: the cold paths take the borrow and the guard over, and must drop
+//! both.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,4 +197,49 @@ fn two_percids_of_one_space_used_in_turn_and_nested_keep_their_own_slots() {
     small.with(|n| *n += 1);
     drop(cid);
     assert_eq!(small.with(|n| *n), 114);
+}
+
+#[test]
+fn a_panic_on_any_path_of_with_leaves_the_slot_unborrowed_and_the_thread_unpinned() {
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let refuse = AtomicBool::new(true);
+    let counters: PerCid<u64> = PerCid::new(&ids, move || {
+        assert!(
+            !refuse.swap(false, Ordering::SeqCst),
+            "attack: init refuses once"
+        );
+        0
+    });
+    crate::common::quiet_panics_starting_with("attack:");
+    // A first value's `init` (the cold path, on a cache miss).
+    let init = catch_unwind(AssertUnwindSafe(|| counters.with(|n| *n += 1)));
+    counters.with(|n| *n += 1);
+    // The closure on the straight line (a cached slot with a value).
+    let closure = catch_unwind(AssertUnwindSafe(|| {
+        counters.with(|n| {
+            *n += 10;
+            panic!("attack: the closure panics");
+        })
+    }));
+    // A nested `with` on the same `PerCid`.
+    let nested = catch_unwind(AssertUnwindSafe(|| {
+        counters.with(|_| counters.with(|_| ()));
+    }))
+    .expect_err("a nested with on the same PerCid panics");
+    let nested = nested
+        .downcast_ref::<&str>()
+        .map(|text| text.to_string())
+        .or_else(|| nested.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    assert!(nested.contains("re-entrantly"), "{nested}");
+    assert!(init.is_err() && closure.is_err());
+    // Not borrowed: a reader on another thread visits the slot (it would wait for ever).
+    let seen = std::thread::scope(|s| s.spawn(|| sum(&counters)).join().unwrap());
+    assert_eq!(seen, 11);
+    assert_eq!(counters.with(|n| *n), 11);
+    // Not pinned: idle for two scans, the thread loses its id (a pinned one is kept).
+    sched.advance(SCAN);
+    sched.advance(SCAN);
+    assert_eq!(ids.held(), 0);
 }
