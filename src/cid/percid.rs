@@ -59,6 +59,7 @@ use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
+type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
 /// A serial number for a new storage: unique in the process (0 is never given out).
 fn next_storage_serial() -> u64 {
@@ -66,7 +67,6 @@ fn next_storage_serial() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
-type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
 /// The reclaim callback and the values waiting for it (see the module docs).
 struct Reclaimer<T> {
