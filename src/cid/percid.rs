@@ -423,7 +423,7 @@ impl<T: Send + 'static> PerCid<T> {
     #[cold]
     #[inline(never)]
     fn with_nested_or_looked_up<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        let cid = self.space.enter();
+        let cid = self.space.enter_uncached();
         // SAFETY: `cid` pins its id, and its cache is its record's.
         let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
         // SAFETY: `cid` pins the slot's id, so the slot stays linked.

@@ -316,6 +316,21 @@ impl SpaceInner {
     #[cold]
     #[inline(never)]
     fn enter_looked_up(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
+        self.enter_by_lookup()
+    }
+
+    /// `enter()` without the fast path's test: for a caller that is off it already (a
+    /// nested call, or a first-level one where the fast path missed), such as
+    /// `PerCid::with`'s cold path, which saves a call this way.
+    #[inline(always)]
+    pub(crate) fn enter_uncached(self: &Arc<Self>) -> Cid<'_> {
+        let (record, id) = self.enter_by_lookup();
+        Cid::new(self, record, id)
+    }
+
+    /// The body of `enter_looked_up`.
+    #[inline(always)]
+    fn enter_by_lookup(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
         match record(self) {
             Some(pointer) => self.enter_on(pointer, barrier::light),
             None => self.enter_transient(),
