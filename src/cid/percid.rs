@@ -8,17 +8,7 @@
 //! - `with` pins the calling thread's id, which no other live guard has, so it can hand
 //!   out `&mut T` without a lock; the borrow is announced to readers as `reader.rs`
 //!   describes, with no read-modify-write.
-//! - **`with`'s straight line.** The outermost `with` of a thread in a space starts from
-//!   `enter()`'s fast path (`SpaceInner::enter_first_level`), so it knows three things
-//!   without looking: the light barrier is a compiler fence (the cached record's key says
-//!   so); no `with` of the thread on any `PerCid` of the space is in progress, so its
-//!   slot is not borrowed and the re-entrancy check is left to nested calls; and the
-//!   thread's record is at hand, whose slot cache gives the slot without the bucket
-//!   lookup. What remains is B, L, the value, E, N and the unpin. The borrow (`Borrow`)
-//!   holds the guard, and every step off the straight line (a cache miss, a flagged slot,
-//!   a first value, a nested call) hands both to a cold function that finishes the call,
-//!   so no guard is alive across a call that could unwind into `with`'s frame and the
-//!   guard stays in registers.
+//! - `with`'s straight line and its cold paths are in `owner.rs`.
 //! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
 //!   space lock it takes the values of slots at or above the high water (owned by
 //!   nobody) and unlinks the arrays wholly above it; after letting go of both it passes
@@ -45,16 +35,14 @@
 //!   queue is empty. No trim waits for another's callbacks, and none finds the callback
 //!   missing while another runs it.
 
-use std::mem::ManuallyDrop;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::barrier;
-use super::reader::{Gate, IDLE, thread_tag};
+use super::IdSpace;
+use super::owner::Borrow;
+use super::reader::{Gate, thread_tag};
 use super::registry;
-use super::slots::{Buckets, Slot, SlotCache};
+use super::slots::Buckets;
 use super::space::{SpaceInner, Trim};
-use super::{Cid, IdSpace};
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
@@ -83,21 +71,21 @@ struct Reclaimer<T> {
 
 /// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
 /// see `slots.rs` and `reader.rs`.
-struct Storage<T> {
+pub(super) struct Storage<T> {
     /// I: a number no other storage has, the key of the owners' slot caches (`slots.rs`).
-    serial: u64,
+    pub(super) serial: u64,
     /// G: the slot arrays.
-    buckets: Buckets<T>,
+    pub(super) buckets: Buckets<T>,
     /// G: excludes readers and trims; carries the reader protocol's wakeups.
-    gate: Gate,
+    pub(super) gate: Gate,
     /// I: makes a slot's first value.
-    init: Init<T>,
+    pub(super) init: Init<T>,
     /// M: the reclaim callback and its queue.
     reclaimer: Mutex<Reclaimer<T>>,
     /// A: values not yet reclaimed (in a slot, queued, or in an `on_reclaim` call): owners
     /// add when they create one; a reclaim subtracts after the callback and the drop, with
     /// release, so a reader of `live()` sees what the callback did.
-    live: AtomicUsize,
+    pub(super) live: AtomicUsize,
 }
 
 // SAFETY: a slot's value is reached by the thread whose pinned id it is, by a reader
@@ -297,8 +285,8 @@ impl<T> Storage<T> {
 /// assert_eq!(caches.live(), 1);
 /// ```
 pub struct PerCid<T: Send + 'static> {
-    space: Arc<SpaceInner>,
-    storage: Arc<Storage<T>>,
+    pub(super) space: Arc<SpaceInner>,
+    pub(super) storage: Arc<Storage<T>>,
 }
 
 impl<T: Send + 'static> PerCid<T> {
@@ -415,141 +403,6 @@ impl<T: Send + 'static> PerCid<T> {
         // SAFETY: `slot` is the slot of `cid`'s id (the cache's contract).
         let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
         self.with_borrowed(borrow, f)
-    }
-
-    /// `with` inside another guard of the thread in this space (a `with` on another
-    /// `PerCid`, a `Cid` it holds, or a `with` on this one, which panics), or off
-    /// `enter()`'s fast path (see `enter_first_level`).
-    #[cold]
-    #[inline(never)]
-    fn with_nested_or_looked_up<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        let cid = self.space.enter_uncached();
-        // SAFETY: `cid` pins its id, and its cache is its record's.
-        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
-        // SAFETY: `cid` pins the slot's id, so the slot stays linked.
-        let borrowed = unsafe { slot.as_ref() }.borrowed.load(Ordering::Relaxed);
-        assert!(
-            borrowed == 0,
-            "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
-             already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
-             keep the nested state in a separate PerCid"
-        );
-        // SAFETY: `slot` is the slot of `cid`'s id.
-        let borrow = unsafe { Borrow::<_, false>::start(cid, slot, self) };
-        self.with_borrowed(borrow, f)
-    }
-
-    /// `with` on `enter()`'s fast path whose slot is not in the thread's cache: looks it up
-    /// and caches it. `cid` is the thread's outermost guard in this space (see `with`).
-    #[cold]
-    #[inline(never)]
-    fn with_looked_up<R>(&self, cid: Cid<'_>, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: `cid` pins its id, and its cache is its record's.
-        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
-        // SAFETY: `slot` is the slot of `cid`'s id.
-        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
-        self.with_borrowed(borrow, f)
-    }
-
-    /// The slot of `id`, from `cache` if it holds this storage's, else looked up in the
-    /// buckets and cached.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds a guard that pins `id`, and `cache` is the cache of that guard's
-    /// record (`None` for a transient id). The slot stays linked while the guard lives.
-    unsafe fn slot(&self, cache: Option<&SlotCache>, id: usize) -> NonNull<Slot<T>> {
-        let Some(cache) = cache else {
-            // SAFETY: the caller pins `id`.
-            return NonNull::from(unsafe { self.storage.buckets.slot(id) });
-        };
-        // SAFETY: the caller holds a guard of the cache's record, and `serial` is this
-        // live storage's.
-        if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
-            return slot;
-        }
-        // SAFETY: the caller pins `id`.
-        let slot = NonNull::from(unsafe { self.storage.buckets.slot(id) });
-        // SAFETY: the caller holds a guard of the cache's record, pinning `id`, and `slot`
-        // is that id's slot in this storage.
-        unsafe { cache.set(self.storage.serial, slot) };
-        slot
-    }
-
-    /// The rest of `with` once the slot is borrowed (B and the barrier done): L, then `f`
-    /// on the value. The owner's fast path is straight-line; a flagged slot or a missing
-    /// value hands the borrow, guard and all, to `with_borrowed_slow`, so that no guard
-    /// is alive across a call that could unwind into this frame (its cleanup would keep
-    /// the guard in memory rather than in registers).
-    #[inline(always)]
-    fn with_borrowed<R, const ASYMMETRIC: bool>(
-        &self,
-        borrow: Borrow<'_, T, ASYMMETRIC>,
-        f: impl FnOnce(&mut T) -> R,
-    ) -> R {
-        // SAFETY: `borrow` holds the guard that keeps the slot linked; it is dropped, or
-        // handed on, only after the last use of this reference.
-        let slot = unsafe { borrow.slot.as_ref() };
-        // (L)
-        if slot.reading.load(Ordering::Acquire) != IDLE {
-            return self.with_borrowed_slow(borrow, true, f);
-        }
-        let ran = slot.value.with_mut(move |value| {
-            // SAFETY: `borrow` holds a guard on an id no other live guard has and has
-            // borrowed its slot, L saw no reader (a reader visits the slot only while it is
-            // not borrowed: `reader.rs`), and a trim only takes values of ids nobody owns,
-            // so this is the only reference to the value until `borrow` is dropped.
-            match unsafe { &mut *value } {
-                Some(value) => Ok((f(value), borrow)),
-                // Out of this access first: the slow path makes its own.
-                None => Err((borrow, f)),
-            }
-        });
-        match ran {
-            Ok((result, borrow)) => {
-                // E only after the access to the value has ended.
-                drop(borrow);
-                result
-            }
-            Err((borrow, f)) => self.with_borrowed_slow(borrow, false, f),
-        }
-    }
-
-    /// `with_borrowed` off its straight line: waits for the reader that flagged the slot
-    /// (`flagged`: L saw the flag), makes the slot's first value if it has none, runs `f`.
-    #[cold]
-    #[inline(never)]
-    fn with_borrowed_slow<R, const ASYMMETRIC: bool>(
-        &self,
-        borrow: Borrow<'_, T, ASYMMETRIC>,
-        flagged: bool,
-        f: impl FnOnce(&mut T) -> R,
-    ) -> R {
-        // SAFETY: as in `with_borrowed`.
-        let slot = unsafe { borrow.slot.as_ref() };
-        if flagged {
-            self.storage.gate.wait_for_reader(slot);
-        }
-        let result = slot.value.with_mut(|value| {
-            // SAFETY: as in `with_borrowed`; L saw no reader (in `wait_for_reader` if not
-            // before).
-            let value = unsafe { &mut *value };
-            let value = match value {
-                Some(value) => value,
-                None => self.first_value(value),
-            };
-            f(value)
-        });
-        drop(borrow);
-        result
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn first_value<'v>(&self, empty: &'v mut Option<T>) -> &'v mut T {
-        let value = empty.insert((self.storage.init)());
-        self.storage.live.fetch_add(1, Ordering::Relaxed);
-        value
     }
 
     /// Calls `f` on every slot that holds a value, lowest id first, from any thread, while
@@ -724,71 +577,6 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
             // thread exit's trim or the `PerCid`'s drop does).
             space.request_trim();
         }
-    }
-}
-
-/// The owner's borrow of its slot, with the guard pinning the slot's id: B and the barrier
-/// on start (L is `with_borrowed`'s); E, the barrier and N on drop, then the guard's drop
-/// (see `reader.rs`). One value, so that the calls off `with`'s straight line can take it
-/// over whole. `ASYMMETRIC`: the guard came from `enter()`'s fast path, where the light
-/// barrier is a compiler fence (`enter_first_level`), so it need not read the barrier mode.
-struct Borrow<'a, T: Send + 'static, const ASYMMETRIC: bool> {
-    /// Dropped last, by `drop` (E and N come first).
-    cid: ManuallyDrop<Cid<'a>>,
-    /// The slot of `cid`'s id, linked while `cid` lives.
-    slot: NonNull<Slot<T>>,
-    /// The slot's `PerCid` (the one `with` has at hand: no other address to compute).
-    percid: &'a PerCid<T>,
-}
-
-/// The light barrier of a `Borrow`.
-#[inline(always)]
-fn light<const ASYMMETRIC: bool>() {
-    if ASYMMETRIC {
-        barrier::light_asymmetric();
-    } else {
-        barrier::light();
-    }
-}
-
-impl<'a, T: Send + 'static, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
-    /// Borrows `slot` (B and the barrier). The caller checks L next.
-    ///
-    /// # Safety
-    ///
-    /// `slot` is the slot of `cid`'s id in `percid`.
-    #[inline(always)]
-    unsafe fn start(cid: Cid<'a>, slot: NonNull<Slot<T>>, percid: &'a PerCid<T>) -> Self {
-        // (B)
-        // SAFETY: `cid` pins the slot's id (the caller's contract), so it is linked.
-        unsafe { slot.as_ref() }
-            .borrowed
-            .store(1, Ordering::Relaxed);
-        light::<ASYMMETRIC>();
-        Borrow {
-            cid: ManuallyDrop::new(cid),
-            slot,
-            percid,
-        }
-    }
-}
-
-impl<T: Send + 'static, const ASYMMETRIC: bool> Drop for Borrow<'_, T, ASYMMETRIC> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        // SAFETY: `self.cid` still pins the slot's id (it is dropped last).
-        let slot = unsafe { self.slot.as_ref() };
-        // (E)
-        slot.borrowed.store(0, Ordering::Release);
-        light::<ASYMMETRIC>();
-        // (N)
-        if slot.reading.load(Ordering::Relaxed) != IDLE {
-            // Takes a lock that ignores poisoning and notifies: it does not unwind (if it
-            // ever did, the guard below would stay pinned, as a leaked guard does).
-            self.percid.storage.gate.wake_reader();
-        }
-        // SAFETY: dropped once, here, and not used after.
-        unsafe { ManuallyDrop::drop(&mut self.cid) };
     }
 }
 
