@@ -7,6 +7,15 @@
 //! - `enter()` + drop on a held id, against `thread_local::ThreadLocal::get()` and against
 //!   reading the kernel's own rseq `mm_cid` from glibc's rseq area (`__rseq_offset` from
 //!   the thread pointer, field offset 24, one relaxed load): the physical limit.
+//! - A per-thread counter bump, printed beside the `enter()` line and measured the same
+//!   way (passes, median of the ratios): `PerCid::with(|n| *n.get_mut() += 1)` on a
+//!   `PerCid<AtomicU64>` against `ThreadLocal<AtomicU64>::get_or` plus a relaxed load and
+//!   a relaxed store of the value + 1 (what a user writes to sum per-thread counters from
+//!   another thread), and against std's `thread_local!` `Cell<u64>` (which no other
+//!   thread can read).
+//! - The same bump from 8 threads at once on this machine's CPUs (more threads than CPUs,
+//!   so they are preempted in the middle of their loops), against `ThreadLocal` doing the
+//!   same with 8 threads.
 //! - One compaction scan over 1,024 thread records: the cheap pass (every thread active)
 //!   and the revoking pass (every thread idle: one membarrier, 1,024 ids freed).
 //! - Heap after 64 threads shrink to 4: an `IdSpace` plus a `PerCid<[u64; 4]>` against a
@@ -108,6 +117,88 @@ fn enter_held() {
     println!(
         "enter()+drop on a held id   {enter:5.2} ns   thread_local get {thread_local:5.2} ns ({ratio:.2}x, median of {passes} passes)   {rseq_text}   (target <= 3 ns; fence-free fast path: {})",
         nicework::hooks::uses_membarrier(),
+    );
+}
+
+thread_local! {
+    static STD_COUNTER: Cell<u64> = const { Cell::new(0) };
+}
+
+/// `PerCid::with` bumping a counter against the `ThreadLocal` and std `thread_local!`
+/// bumps, in passes as `enter_held` does.
+fn counter_bump() {
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    counters.with(|n| *n.get_mut() += 1);
+    let tls: ThreadLocal<AtomicU64> = ThreadLocal::new();
+    let iters = 20_000_000;
+    let passes = if common::quick() { 1 } else { 5 };
+    let (mut withs, mut thread_locals, mut cells, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..passes {
+        let with = per_op(iters, |_| {
+            black_box(&counters).with(|n| *n.get_mut() += 1);
+        });
+        let thread_local = per_op(iters, |_| tls_bump(black_box(&tls)));
+        let cell = per_op(iters, |_| {
+            STD_COUNTER.with(|n| n.set(black_box(n.get()) + 1));
+        });
+        withs.push(with);
+        thread_locals.push(thread_local);
+        cells.push(cell);
+        ratios.push(with / thread_local);
+    }
+    let (with, thread_local, cell, ratio) = (
+        median(withs),
+        median(thread_locals),
+        median(cells),
+        median(ratios),
+    );
+    println!(
+        "PerCid::with counter bump   {with:5.2} ns   ThreadLocal<AtomicU64> bump {thread_local:5.2} ns ({ratio:.2}x, median of {passes} passes; target <= 1.5x)   std thread_local! Cell {cell:5.2} ns ({:.2}x)",
+        with / cell,
+    );
+}
+
+/// `ThreadLocal<AtomicU64>`'s counter bump: what `PerCid::with(|n| *n.get_mut() += 1)`
+/// replaces.
+#[inline(always)]
+fn tls_bump(tls: &ThreadLocal<AtomicU64>) {
+    let n = tls.get_or(|| AtomicU64::new(0));
+    n.store(n.load(Relaxed) + 1, Relaxed);
+}
+
+/// The counter bump from more threads than CPUs: each of 8 threads bumps in a loop while
+/// the others preempt it, for `PerCid::with` and for `ThreadLocal`, in passes.
+fn counter_bump_oversubscribed() {
+    const THREADS: usize = 8;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    let tls: ThreadLocal<AtomicU64> = ThreadLocal::new();
+    let iters = if common::quick() {
+        2_000_000
+    } else {
+        5_000_000
+    };
+    let passes = if common::quick() { 1 } else { 5 };
+    let (mut withs, mut thread_locals, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..passes {
+        let with = common::per_op_threads(THREADS, iters, |_, _| {
+            black_box(&counters).with(|n| *n.get_mut() += 1);
+        });
+        let thread_local = common::per_op_threads(THREADS, iters, |_, _| {
+            tls_bump(black_box(&tls));
+        });
+        withs.push(with);
+        thread_locals.push(thread_local);
+        ratios.push(with / thread_local);
+    }
+    let (with, thread_local, ratio) = (median(withs), median(thread_locals), median(ratios));
+    println!(
+        "  the same, {THREADS} threads on {cpus} CPUs   PerCid::with {with:5.2} ns   ThreadLocal {thread_local:5.2} ns ({ratio:.2}x, median of {passes} passes; wall time per bump and thread, preemption included)",
     );
 }
 
@@ -229,6 +320,8 @@ fn main() {
         return;
     }
     enter_held();
+    counter_bump();
+    counter_bump_oversubscribed();
     scan_1024();
     heap_after_shrink_64_to_4();
     sum_four_counters();

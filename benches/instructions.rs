@@ -9,7 +9,7 @@
 //! ```text
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
-//! for op in pair pair_varying touch timeout_touch enter tls_get; do
+//! for op in pair pair_varying touch timeout_touch enter tls_get with tls_counter; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -26,6 +26,10 @@
 //! - `enter`: `IdSpace::enter()` + drop on an id the thread holds.
 //! - `tls_get`: `thread_local::ThreadLocal::get_or` on a value the thread has, the peer
 //!   of `enter`, in the same loop.
+//! - `with`: `PerCid::with` bumping a `PerCid<AtomicU64>` counter through `get_mut` (the
+//!   thread holds its id and its slot has a value).
+//! - `tls_counter`: the peer of `with`: `ThreadLocal<AtomicU64>::get_or` plus a relaxed
+//!   load and a relaxed store of the value + 1.
 //!
 //! Run as a plain bench (`cargo bench --bench instructions`) it does each once, as a
 //! smoke test.
@@ -33,7 +37,9 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use nicework::{IdSpace, Next, Scheduler};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use nicework::{IdSpace, Next, PerCid, Scheduler};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -49,6 +55,8 @@ fn main() {
             "timeout_touch",
             "enter",
             "tls_get",
+            "with",
+            "tls_counter",
         ],
     };
     let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
@@ -68,6 +76,10 @@ fn main() {
     drop(ids.enter());
     let tls: thread_local::ThreadLocal<u64> = thread_local::ThreadLocal::new();
     tls.get_or(|| 0);
+    let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    counters.with(|n| *n.get_mut() += 1);
+    let tls_counters: thread_local::ThreadLocal<AtomicU64> = thread_local::ThreadLocal::new();
+    tls_counters.get_or(|| AtomicU64::new(0));
     for op in ops {
         match op {
             "pair" => {
@@ -92,12 +104,17 @@ fn main() {
             "tls_get" => (0..count).for_each(|_| {
                 black_box(black_box(&tls).get_or(|| 0));
             }),
-            other => {
-                panic!(
-                    "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, \
-                     enter, tls_get"
-                )
-            }
+            "with" => (0..count).for_each(|_| {
+                black_box(&counters).with(|n| *n.get_mut() += 1);
+            }),
+            "tls_counter" => (0..count).for_each(|_| {
+                let n = black_box(&tls_counters).get_or(|| AtomicU64::new(0));
+                n.store(n.load(Relaxed) + 1, Relaxed);
+            }),
+            other => panic!(
+                "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, enter, \
+                 tls_get, with, tls_counter"
+            ),
         }
     }
 }

@@ -280,3 +280,50 @@ fn a_scan_inside_with_beside_a_reader() {
         assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 1);
     });
 }
+
+/// An owner counts twice (the second `with` finds its slot through the thread's slot
+/// cache), goes idle, and two scans revoke its id and trim the slot and its array. Then a
+/// second owner takes the id (linking a fresh array) while the first counts again: the
+/// first must not reach its cached slot, freed or now the second owner's (loom reports
+/// the second owner's `&mut` overlapping), but take the slow path to a new id. Every
+/// increment is live or folded.
+#[test]
+fn a_cached_slot_is_not_used_after_its_id_was_reclaimed_and_trimmed() {
+    check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        // 1: the first owner went idle; 2: its id was reclaimed.
+        let phase = Arc::new(AtomicU64::new(0));
+        let first = {
+            let (counters, phase) = (counters.clone(), phase.clone());
+            thread::spawn(move || {
+                counters.with(Count::add);
+                counters.with(Count::add);
+                phase.store(1, Ordering::SeqCst);
+                while phase.load(Ordering::SeqCst) != 2 {
+                    thread::park();
+                }
+                counters.with(Count::add);
+            })
+        };
+        while phase.load(Ordering::SeqCst) != 1 {
+            thread::yield_now();
+        }
+        sched.advance(SCAN);
+        sched.advance(SCAN);
+        assert_eq!(ids.held(), 0);
+        assert_eq!(folded.load(Ordering::SeqCst), 2);
+        let second = count_once(&counters);
+        phase.store(2, Ordering::SeqCst);
+        first.thread().unpark();
+        first.join().unwrap();
+        second.join().unwrap();
+        let last = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(last.join().unwrap(), 2);
+    });
+}

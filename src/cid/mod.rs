@@ -12,8 +12,9 @@
 //!   lock (acquire, publish), the compaction scan around the revoke step, and trims.
 //! - `ids.rs`: the set of owned ids (lowest free first).
 //! - `barrier.rs`: the light and heavy barriers (`membarrier`, or fences).
-//! - `percid.rs`: [`PerCid`], per-id slots; `slots.rs`, their shrinking bucket arrays;
-//!   `reader.rs`, the protocol of `PerCid::for_each` beside the owners.
+//! - `percid.rs`: [`PerCid`], per-id slots; `owner.rs`, `with`'s straight line and cold
+//!   paths; `slots.rs`, the shrinking bucket arrays and the owners' slot cache; `reader.rs`,
+//!   the protocol of `PerCid::for_each` beside the owners.
 //!
 //! The user-space counterpart of Linux rseq `mm_cid`: a runtime indexes per-id data
 //! (counters, caches, arenas) by a small dense id, and the id space shrinks when its
@@ -66,6 +67,7 @@
 
 mod barrier;
 mod ids;
+mod owner;
 mod percid;
 mod pin;
 mod reader;

@@ -1,13 +1,14 @@
 //! [`PerCid`]: one lazily created slot per concurrency id, an owner's exclusive `with`, a
 //! reader's `for_each` beside the owners, and memory that follows the live concurrency.
 //!
-//! The slot arrays are in `slots.rs` (who may reach a bucket, and when a trim frees one);
-//! the reader's protocol against owners and trims is in `reader.rs`. This file puts them
-//! together:
+//! The slot arrays are in `slots.rs` (who may reach a bucket, when a trim frees one, and
+//! why the owner's slot cache stays right); the reader's protocol against owners and trims
+//! is in `reader.rs`. This file puts them together:
 //!
 //! - `with` pins the calling thread's id, which no other live guard has, so it can hand
 //!   out `&mut T` without a lock; the borrow is announced to readers as `reader.rs`
 //!   describes, with no read-modify-write.
+//! - `with`'s straight line and its cold paths are in `owner.rs`.
 //! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
 //!   space lock it takes the values of slots at or above the high water (owned by
 //!   nobody) and unlinks the arrays wholly above it; after letting go of both it passes
@@ -37,16 +38,23 @@
 use std::sync::Arc;
 
 use super::IdSpace;
-use super::barrier;
-use super::reader::{Gate, IDLE, thread_tag};
+use super::owner::Borrow;
+use super::reader::{Gate, thread_tag};
 use super::registry;
-use super::slots::{Buckets, Slot};
+use super::slots::Buckets;
 use super::space::{SpaceInner, Trim};
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
 type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
+
+/// A serial number for a new storage: unique in the process (0 is never given out).
+fn next_storage_serial() -> u64 {
+    // A std atomic: it is not part of any modelled protocol.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
 
 /// The reclaim callback and the values waiting for it (see the module docs).
 struct Reclaimer<T> {
@@ -63,19 +71,21 @@ struct Reclaimer<T> {
 
 /// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
 /// see `slots.rs` and `reader.rs`.
-struct Storage<T> {
+pub(super) struct Storage<T> {
+    /// I: a number no other storage has, the key of the owners' slot caches (`slots.rs`).
+    pub(super) serial: u64,
     /// G: the slot arrays.
-    buckets: Buckets<T>,
+    pub(super) buckets: Buckets<T>,
     /// G: excludes readers and trims; carries the reader protocol's wakeups.
-    gate: Gate,
+    pub(super) gate: Gate,
     /// I: makes a slot's first value.
-    init: Init<T>,
+    pub(super) init: Init<T>,
     /// M: the reclaim callback and its queue.
     reclaimer: Mutex<Reclaimer<T>>,
     /// A: values not yet reclaimed (in a slot, queued, or in an `on_reclaim` call): owners
     /// add when they create one; a reclaim subtracts after the callback and the drop, with
     /// release, so a reader of `live()` sees what the callback did.
-    live: AtomicUsize,
+    pub(super) live: AtomicUsize,
 }
 
 // SAFETY: a slot's value is reached by the thread whose pinned id it is, by a reader
@@ -275,8 +285,8 @@ impl<T> Storage<T> {
 /// assert_eq!(caches.live(), 1);
 /// ```
 pub struct PerCid<T: Send + 'static> {
-    space: Arc<SpaceInner>,
-    storage: Arc<Storage<T>>,
+    pub(super) space: Arc<SpaceInner>,
+    pub(super) storage: Arc<Storage<T>>,
 }
 
 impl<T: Send + 'static> PerCid<T> {
@@ -296,6 +306,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// ```
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
         let storage = Arc::new(Storage {
+            serial: next_storage_serial(),
             buckets: Buckets::new(),
             gate: Gate::new(),
             init: Box::new(init),
@@ -374,35 +385,24 @@ impl<T: Send + 'static> PerCid<T> {
     /// ```
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        let cid = self.space.enter();
-        // SAFETY: `cid` pins the id until after `_borrow` is dropped.
-        let slot = unsafe { self.storage.buckets.slot(cid.get()) };
-        assert!(
-            slot.borrowed.load(Ordering::Relaxed) == 0,
-            "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
-             already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
-             keep the nested state in a separate PerCid"
-        );
-        let _borrow = Borrow::start(slot, &self.storage.gate);
-        slot.value.with_mut(|value| {
-            // SAFETY: `cid` pins an id no other live guard has, a reader visits the slot
-            // only while it is not borrowed (`reader.rs`), and a trim only takes values of
-            // ids nobody owns, so this is the only reference to the value.
-            let value = unsafe { &mut *value };
-            let value = match value {
-                Some(value) => value,
-                None => self.first_value(value),
-            };
-            f(value)
-        })
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn first_value<'v>(&self, empty: &'v mut Option<T>) -> &'v mut T {
-        let value = empty.insert((self.storage.init)());
-        self.storage.live.fetch_add(1, Ordering::Relaxed);
-        value
+        let Some(cid) = self.space.enter_first_level() else {
+            return self.with_nested_or_looked_up(f);
+        };
+        let cached = match cid.slot_cache() {
+            // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
+            // storage's.
+            Some(cache) => unsafe { cache.get(self.storage.serial) },
+            None => None,
+        };
+        let Some(slot) = cached else {
+            return self.with_looked_up(cid, f);
+        };
+        // The thread's outermost guard in this space: no `with` of this thread on any
+        // `PerCid` of the space is in progress, so its slot is not borrowed. The guard came
+        // from `enter()`'s fast path, where the light barrier is a compiler fence.
+        // SAFETY: `slot` is the slot of `cid`'s id (the cache's contract).
+        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
+        self.with_borrowed(borrow, f)
     }
 
     /// Calls `f` on every slot that holds a value, lowest id first, from any thread, while
@@ -576,38 +576,6 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
             // The compaction work's next run passes them on (without a scheduler, the next
             // thread exit's trim or the `PerCid`'s drop does).
             space.request_trim();
-        }
-    }
-}
-
-/// The owner's borrow of its slot: B, the barrier and L on start; E, the barrier and N
-/// on drop (see `reader.rs`).
-struct Borrow<'a, T> {
-    slot: &'a Slot<T>,
-    gate: &'a Gate,
-}
-
-impl<'a, T> Borrow<'a, T> {
-    #[inline]
-    fn start(slot: &'a Slot<T>, gate: &'a Gate) -> Self {
-        slot.borrowed.store(1, Ordering::Relaxed);
-        // From here on the guard undoes the borrow, also if `wait_for_reader` panics.
-        let borrow = Borrow { slot, gate };
-        barrier::light();
-        if slot.reading.load(Ordering::Acquire) != IDLE {
-            gate.wait_for_reader(slot);
-        }
-        borrow
-    }
-}
-
-impl<T> Drop for Borrow<'_, T> {
-    #[inline]
-    fn drop(&mut self) {
-        self.slot.borrowed.store(0, Ordering::Release);
-        barrier::light();
-        if self.slot.reading.load(Ordering::Relaxed) != IDLE {
-            self.gate.wake_reader();
         }
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! Each (thread, space) pair has a record: `cid` (the owned id or none, possibly marked
 //! `MOVE`: see "Moving down"), `own` (the id the
-//! thread last took; only the thread touches it), `pin`, and `seen` (the scan's). `pin` is
+//! thread last took; only the thread touches it), `pin`, `seen` (the scan's), and
+//! `slots` (the thread's cached `PerCid` slot for `own`, which `acquire` empties: see
+//! `slots.rs`; the scan never reads it). `pin` is
 //! one word written only by the thread, with plain stores (a load, then a store): its low
 //! half (`PINS`) holds the guard nesting depth and the `ORPHANED` flag (see below), so the
 //! record is pinned while it is not zero; its high half counts the thread's first-level
@@ -128,6 +130,7 @@ use std::sync::{Arc, Weak};
 
 use super::barrier;
 use super::registry::{cached_fast, late_orphan, record, take_orphan};
+use super::slots::SlotCache;
 use super::space::{SpaceInner, SpaceState};
 use crate::sync::{AtomicUsize, Ordering, lock};
 
@@ -194,6 +197,9 @@ pub(crate) struct ThreadRec {
     /// S (only the scan, under the lock): `pin`'s high half when the scan last looked; the
     /// thread entered since then if it moved (a heuristic for the reclaimer only).
     pub(crate) seen: AtomicUsize,
+    /// X (only its thread): the thread's slot of one `PerCid` of this space, for `own`
+    /// (see `SlotCache`); `acquire` empties it.
+    pub(crate) slots: SlotCache,
     /// I: the space this record belongs to.
     pub(crate) space: Weak<SpaceInner>,
 }
@@ -205,6 +211,7 @@ impl ThreadRec {
             own: AtomicUsize::new(NO_ID),
             pin: AtomicUsize::new(0),
             seen: AtomicUsize::new(0),
+            slots: SlotCache::new(),
             space,
         }
     }
@@ -247,6 +254,14 @@ impl<'a> Cid<'a> {
     #[inline]
     pub fn get(&self) -> usize {
         self.id
+    }
+
+    /// The thread's cache of its slot for this guard's id (see `SlotCache`); `None` for a
+    /// transient id, which has no record.
+    #[inline(always)]
+    pub(super) fn slot_cache(&self) -> Option<&SlotCache> {
+        // SAFETY: the record outlives the guard (see `Drop`), which `&self` borrows.
+        self.record.map(|record| unsafe { &record.as_ref().slots })
     }
 }
 
@@ -301,6 +316,21 @@ impl SpaceInner {
     #[cold]
     #[inline(never)]
     fn enter_looked_up(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
+        self.enter_by_lookup()
+    }
+
+    /// `enter()` without the fast path's test: for a caller that is off it already (a
+    /// nested call, or a first-level one where the fast path missed), such as
+    /// `PerCid::with`'s cold path, which saves a call this way.
+    #[inline(always)]
+    pub(crate) fn enter_uncached(self: &Arc<Self>) -> Cid<'_> {
+        let (record, id) = self.enter_by_lookup();
+        Cid::new(self, record, id)
+    }
+
+    /// The body of `enter_looked_up`.
+    #[inline(always)]
+    fn enter_by_lookup(self: &Arc<Self>) -> (Option<NonNull<ThreadRec>>, usize) {
         match record(self) {
             Some(pointer) => self.enter_on(pointer, barrier::light),
             None => self.enter_transient(),
@@ -328,6 +358,32 @@ impl SpaceInner {
             // (N): nested.
             return (Some(pointer), enter_nested(record, pin));
         }
+        (Some(pointer), self.enter_first_level_on(record, pin, light))
+    }
+
+    /// `enter()`'s fast path for a first-level guard only: `None`, having done nothing, if
+    /// the cached record is not this space's (see `cached_fast`) or the thread is pinned
+    /// already (a nested `enter()`). `PerCid::with` starts here: a guard it gets from here
+    /// is the thread's outermost one in this space, so no `with` of this thread on any
+    /// `PerCid` of the space is in progress, and the light barrier is a compiler fence.
+    #[inline(always)]
+    pub(crate) fn enter_first_level(self: &Arc<Self>) -> Option<Cid<'_>> {
+        let pointer = cached_fast(self)?;
+        // SAFETY: as in `enter_on`: the calling thread's own record, not freed during this
+        // call.
+        let record = unsafe { pointer.as_ref() };
+        let pin = record.pin.load(Ordering::Relaxed);
+        if pinned(pin) {
+            return None;
+        }
+        let id = self.enter_first_level_on(record, pin, barrier::light_asymmetric);
+        Some(Cid::new(self, Some(pointer), id))
+    }
+
+    /// The first-level part of `enter_on`: `record`'s `pin` reads `pin`, not pinned.
+    /// Pins it and returns the id.
+    #[inline(always)]
+    fn enter_first_level_on(&self, record: &ThreadRec, pin: usize, light: fn()) -> usize {
         // (P): one plain store pins the record and counts the enter for the scan.
         record
             .pin
@@ -339,13 +395,12 @@ impl SpaceInner {
         let id = record.cid.load(Ordering::Relaxed);
         // `NO_ID` and ids marked to move both take the slow path: one compare with a
         // constant, and no load of `held` (see `publish`).
-        let id = if id < MOVE {
+        if id < MOVE {
             debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
             id
         } else {
             self.acquire(record)
-        };
-        (Some(pointer), id)
+        }
     }
 
     /// The drop of an orphaned record's last guard (see `Registry::drop`): the id is free

@@ -44,9 +44,10 @@
 //!   owner inside `with` may wait for another owner's `with` (a barrier, a channel)
 //!   without a deadlock. Each U costs one more heavy barrier, paid only when the reader
 //!   meets a slot in use.
-//! - **Owner cost.** `with` adds two relaxed stores, two acquire loads and two compiler
-//!   fences (real fences only where membarrier is unavailable) to the pin protocol: no
-//!   read-modify-write, no lock, unless a reader has flagged its slot.
+//! - **Owner cost.** `with` adds a relaxed store (B), an acquire load (L), a release store
+//!   (E), a relaxed load (N) and two compiler fences (real fences only where membarrier is
+//!   unavailable) to the pin protocol: plain moves on x86, no read-modify-write, no lock,
+//!   unless a reader has flagged its slot.
 //!
 //! # Reader against trim
 //!

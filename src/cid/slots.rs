@@ -21,11 +21,90 @@
 //! - **A trim** unlinks under the space lock and frees the arrays after releasing it:
 //!   once unlinked, nobody can reach them.
 //!
+//! # The owner's slot cache
+//!
+//! `with` finds its slot without the bucket arithmetic through a one-entry cache in the
+//! thread's record of the space ([`SlotCache`]): the storage's serial number and the
+//! address of the slot of the record's `own` id. An entry is filled only under a guard of
+//! the record (so `own` is the thread's pinned id), and `acquire`, the only code that
+//! gives `own` a new id or takes back one the thread had lost, empties it. An entry is
+//! used only under a guard of the record too, and then it is valid:
+//!
+//! - **The id is the same.** `own` changes only in `acquire`, which emptied the cache.
+//! - **The bucket is the same.** A trim unlinks the bucket of `own` only while `own` is
+//!   owned by nobody. The thread has owned `own` without a break since the fill: the pin
+//!   protocol frees a thread's id only when the thread is not pinned, and leaves its `cid`
+//!   `NONE` until the thread's next first-level `enter()` takes the slow path to
+//!   `acquire` (`pin.rs`); moving down and thread exit also go through `acquire` or end
+//!   the record. So every id freed after the fill is followed by an `acquire` before the
+//!   guard that uses the entry was made.
+//! - **The storage is the same.** The key is a serial number no other storage has (an
+//!   address could be reused by a storage made after this one was dropped), and the
+//!   `PerCid` whose `with` uses the entry keeps its storage alive.
+//!
 //! The slot's own fields are described in `reader.rs`, whose protocol they implement.
 
 use std::ptr::{self, NonNull};
 
 use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell};
+
+/// A thread's cached slot in one storage (see "The owner's slot cache" above). Only the
+/// record's thread touches it; std atomics (relaxed loads and stores are plain moves) only
+/// because the record is shared with the scan, which never reads these fields.
+#[derive(Debug)]
+pub(crate) struct SlotCache {
+    /// The serial of the storage whose slot `slot` is; 0 (no storage's) when empty.
+    storage: std::sync::atomic::AtomicU64,
+    /// A `*const Slot<T>` of that storage's `T`.
+    slot: std::sync::atomic::AtomicPtr<()>,
+}
+
+impl SlotCache {
+    pub(crate) fn new() -> Self {
+        SlotCache {
+            storage: std::sync::atomic::AtomicU64::new(0),
+            slot: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Forgets the entry: the record's `own` is about to change, or it may have been freed
+    /// since the entry was filled (`acquire`).
+    pub(crate) fn clear(&self) {
+        self.storage.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The cached slot if it is storage `serial`'s.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a guard of this cache's record, and `serial` is the serial of a
+    /// live `PerCid` storage of `T`s (serials are unique, so an entry found under it was
+    /// filled with a slot of that storage). The slot is then the one of the guard's id,
+    /// and stays linked while that guard lives (see the module docs).
+    #[inline(always)]
+    pub(super) unsafe fn get<T>(&self, serial: u64) -> Option<NonNull<Slot<T>>> {
+        if self.storage.load(std::sync::atomic::Ordering::Relaxed) != serial {
+            return None;
+        }
+        let slot = self.slot.load(std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: a key that is a serial (never 0) was stored by `set`, after the slot's
+        // address, which is not null; only this thread writes either field.
+        Some(unsafe { NonNull::new_unchecked(slot.cast()) })
+    }
+
+    /// Caches `slot`, the slot of the record's `own` in storage `serial`.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a guard of this cache's record, and `slot` is the slot of its id in
+    /// the storage numbered `serial`.
+    pub(super) unsafe fn set<T>(&self, serial: u64, slot: NonNull<Slot<T>>) {
+        self.slot
+            .store(slot.as_ptr().cast(), std::sync::atomic::Ordering::Relaxed);
+        self.storage
+            .store(serial, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 /// One bucket per bit of an id: enough for every `usize` id.
 pub(super) const BUCKETS: usize = usize::BITS as usize;

@@ -196,10 +196,13 @@ impl SpaceInner {
     /// (its id was not below the number of ids held when that shrank). Called pinned, by
     /// a first-level `enter()`. Keeps the id, without the mark, if it is below the number
     /// held now, else moves to the lowest free id. Every new id goes to `own` as well as
-    /// to `cid` (see `ThreadRec::own`).
+    /// to `cid` (see `ThreadRec::own`), and the thread's slot cache is emptied (see
+    /// `slots.rs`).
     #[cold]
     #[inline(never)]
     pub(super) fn acquire(&self, record: &ThreadRec) -> usize {
+        // `own` may change here, or have been freed since the thread cached its slots.
+        record.slots.clear();
         if self.in_forked_child() {
             // Nothing moves here; a mark from before the fork only needs stripping (no
             // other thread writes `cid` in the child: the lock is never taken).

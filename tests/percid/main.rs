@@ -18,6 +18,9 @@
 //! - `reclaim_mix`: Exactly-once and no double count with readers that panic while
 //!   visiting queued values, two readers, the scheduler dropped mid-way and the PerCid
 //!   dropped while values are queued.
+//! - `slot_cache`: The slot `with` finds through the thread's cache is its id's, in this
+//!   `PerCid`: after a reclaim and trim, a move down, a `PerCid` made where a dropped one
+//!   was, and two `PerCid`s used in turn.
 //! - `sum_beside_a_trim`: `for_each`'s promise.
 //! - `sum_during_a_drain`: Values a drainer took out of the reclaim queue but has not
 //!   passed on yet.
@@ -34,5 +37,6 @@ mod queue_starvation;
 mod queue_visits;
 mod reader;
 mod reclaim_mix;
+mod slot_cache;
 mod sum_beside_a_trim;
 mod sum_during_a_drain;
