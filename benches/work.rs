@@ -122,9 +122,13 @@ fn rearm_pair() {
     // entry (delays shrinking by 1 ms per call to the same work, far faster than time
     // passes), so every reschedule takes the lock and links an entry, and the one it
     // leaves stale is swept later.
+    // The step counts on across rounds (each round restarts `i`), so no round's deadlines
+    // come back above the entries the rounds before placed.
     let hot3: Vec<Work> = (0..HOT).map(|_| sched.work(|_| Next::Park)).collect();
-    let below_entry = per_op(PAIRS / 4, |i| {
-        pair(&hot3, i, far - Duration::from_micros(i))
+    let step = std::cell::Cell::new(0u64);
+    let below_entry = per_op(PAIRS / 4, |_| {
+        let k = step.replace(step.get() + 1);
+        pair(&hot3, k, far - Duration::from_micros(k))
     });
     drop(hot3);
     drop(registered);
