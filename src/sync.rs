@@ -7,6 +7,23 @@
 //! set, so a downstream crate that sets `--cfg loom` for its own models does not get a loom
 //! build of nicework by accident (the sharded-slab rule).
 //!
+//! # Guard tags
+//!
+//! Shared structs tag each field with what guards it, as `kernel/workqueue.c` does. One
+//! legend for the crate, a letter for each lock:
+//!
+//! - `I:` set when the struct is made, read-only after.
+//! - `A:` an atomic; its comment names its writers.
+//! - `X:` only the owner touches it (the thread that holds the run, or the handle).
+//! - `L:` the scheduler's core lock (`Shared::core`).
+//! - `T:` a leaf mutex of its own, the one the field is or names (the workers' join
+//!   handles, their ids, the list of live works, the touch tick's history, a
+//!   `run_chunked`'s results): never taken with another lock held, nor another taken
+//!   under it.
+//! - `S:` an id space's lock (`SpaceInner::state`).
+//! - `G:` a `PerCid` storage's gate (`Gate::state`): readers and trims of that storage.
+//! - `R:` a `PerCid` storage's reclaimer (its `on_reclaim` callback and queue).
+//!
 //! `Arc` is always `std`'s (loom's cannot be coerced to a trait object on stable Rust), and
 //! so are the atomics of a work's reference count (`WorkRef`), which play `Arc`'s part for
 //! works. The shared state inside both is loom-tracked.

@@ -69,8 +69,8 @@ struct Reclaimer<T> {
     drainer: usize,
 }
 
-/// Tags: `I:` set at creation, read-only after; `A:` atomic; `M:` its own mutex; `G:`
-/// see `slots.rs` and `reader.rs`.
+/// Tags (the legend is in `sync`): `I:`, `A:`, `G:` the gate (see `slots.rs` and
+/// `reader.rs`), `R:` the reclaimer's own lock.
 pub(super) struct Storage<T> {
     /// I: a number no other storage has, the key of the owners' slot caches (`slots.rs`).
     pub(super) serial: u64,
@@ -80,7 +80,7 @@ pub(super) struct Storage<T> {
     pub(super) gate: Gate,
     /// I: makes a slot's first value.
     pub(super) init: Init<T>,
-    /// M: the reclaim callback and its queue.
+    /// R: the reclaim callback and its queue.
     reclaimer: Mutex<Reclaimer<T>>,
     /// A: values not yet reclaimed (in a slot, queued, or in an `on_reclaim` call): owners
     /// add when they create one; a reclaim subtracts after the callback and the drop, with

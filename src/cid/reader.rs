@@ -136,10 +136,11 @@ struct GateState {
 }
 
 /// Excludes readers and trims of one storage from each other, and carries the wakeups of
-/// the reader protocol. Tags: `M:` under `state`; `A:` atomic, with its writers named.
+/// the reader protocol. Tags (the legend is in `sync`): `G:` under `state`, the gate's
+/// own lock; `A:` atomic, with its writers named.
 #[derive(Debug)]
 pub(super) struct Gate {
-    /// M: who holds the gate, and who waits for it.
+    /// G: who holds the gate, and who waits for it.
     state: Mutex<GateState>,
     /// Signalled whenever the holder changes, a slot is released by a reader (D), or an
     /// owner lets go of a flagged slot (L, N).

@@ -31,12 +31,12 @@ pub(crate) struct SpaceState {
     trims: Vec<Weak<dyn Trim>>,
 }
 
-/// One id space. Tags: `I:` set at build, read-only after; `L:` guarded by `state`'s
-/// lock; `A:` atomic, with its writers named.
+/// One id space. Tags (the legend is in `sync`): `I:` set at build, read-only after; `S:`
+/// guarded by `state`, the space's lock; `A:` atomic, with its writers named.
 pub(crate) struct SpaceInner {
     /// I: the space's number in the threads' registries.
     pub(crate) serial: u64,
-    /// L: the owned-id bitmap, the thread records and the per-id storages to trim.
+    /// S: the owned-id bitmap, the thread records and the per-id storages to trim.
     pub(super) state: Mutex<SpaceState>,
     /// A: mirrors of `state` for lock-free readers, written under the lock (`publish`).
     held: AtomicUsize,

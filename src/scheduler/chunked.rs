@@ -70,8 +70,8 @@ const CHUNKS_PER_THREAD: usize = 4;
 
 /// One job, on the caller's stack.
 /// One `run_chunked` call, shared by the caller and its helpers. Each field is tagged with
-/// what guards it (see the [`scheduler`](crate::scheduler) module's legend; here `I:`
-/// means set before any helper starts).
+/// what guards it (see the legend in `sync`; here `I:` means set before any helper
+/// starts).
 struct Job<'f, E> {
     /// I: the range and the chunk length.
     start: usize,

@@ -22,14 +22,8 @@
 //!
 //! # Guard tags
 //!
-//! Shared structs tag each field with what guards it, as `kernel/workqueue.c` does; the
-//! tags mean the same everywhere in the crate:
-//!
-//! - `I:` set when the struct is made (at build), read-only after.
-//! - `L:` read and written only under the scheduler's core lock (`Shared::core`).
-//! - `A:` an atomic; its comment names its writers.
-//! - `T:` guarded by its own mutex, never taken together with the core lock.
-//! - `X:` only the owner touches it (the thread that holds the run, or the handle).
+//! Shared structs tag each field with what guards it (`L:` the core lock, `T:` a leaf
+//! mutex of its own, `A:` an atomic, ...): the crate's one legend is in `sync`.
 
 pub(crate) mod backoff;
 pub(crate) mod builder;

@@ -62,8 +62,8 @@ pub(crate) struct Config {
     pub(super) hosted: bool,
 }
 
-/// Everything the one core lock guards: every field is `L:` (the guard tags are in the
-/// [`scheduler`](crate::scheduler) module's legend).
+/// Everything the one core lock guards: every field is `L:` (the guard tags are in
+/// `sync`'s legend).
 #[derive(Debug)]
 pub(crate) struct Core {
     /// L: the timer entries (see `state` for which are live).
@@ -152,7 +152,7 @@ impl Core {
 
 /// A scheduler's shared state, one per scheduler, reached through `Arc` by its handles,
 /// its works and its workers. Each field is tagged with what guards it (`I:`, `L:`, `A:`,
-/// `T:`; see the [`scheduler`](crate::scheduler) module's legend).
+/// `T:`; see the legend in `sync`).
 pub(crate) struct Shared {
     /// The core lock and what it guards.
     pub(super) core: Mutex<Core>,

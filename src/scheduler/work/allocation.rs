@@ -47,8 +47,7 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// The part of a work that every thread may read.
 #[derive(Debug)]
-/// Each field is `A:` (see the [`scheduler`](crate::scheduler) module's legend of guard
-/// tags).
+/// Each field is `A:` (see the legend of guard tags in `sync`).
 pub(crate) struct Header {
     /// I: turns a pointer to this header into one to the whole allocation, whose closure
     /// type only this function knows (a [`WorkRef`] is one word; see "References").

@@ -26,7 +26,7 @@
 //! The vector shrinks (moving works to the front, their keys rewritten under the lock)
 //! once three quarters of it are vacant, so it follows the live works down as well.
 //!
-//! The lock is `T:` (see the [`scheduler`](crate::scheduler) legend): it is held for a
+//! The lock is `T:` (see the legend in `sync`): it is held for a
 //! slot write, or for one pass that adds a reference per listed work, and never with
 //! the core lock.
 

@@ -74,9 +74,9 @@ impl WorkStats {
     }
 }
 
-/// A work's statistics; each field is `A:` (see the [`scheduler`](crate::scheduler)
-/// module's legend of guard tags). Relaxed loads and
-/// stores, no read-modify-write: each field has one writer at a time.
+/// A work's statistics; each field is `A:` (see the legend of guard tags in `sync`).
+/// Relaxed loads and stores, no read-modify-write: each field has one writer at a time,
+/// but for the word the maxima share with the placement (see the module docs).
 #[derive(Debug)]
 pub(crate) struct StatsCounters {
     /// A: completed runs; written under the core lock as a run completes (`count_run`).
