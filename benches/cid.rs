@@ -13,6 +13,9 @@
 //!   a relaxed store of the value + 1 (what a user writes to sum per-thread counters from
 //!   another thread), and against std's `thread_local!` `Cell<u64>` (which no other
 //!   thread can read).
+//! - The same bump on two `PerCid`s in turn (the slot cache's second entry) and on three
+//!   (every call misses the thread's two-entry slot cache: the variant that misses
+//!   `with`'s fast path), against as many `ThreadLocal`s in turn.
 //! - The same bump from 8 threads at once on this machine's CPUs (more threads than CPUs,
 //!   so they are preempted in the middle of their loops), against `ThreadLocal` doing the
 //!   same with 8 threads.
@@ -159,6 +162,34 @@ fn counter_bump() {
         "PerCid::with counter bump   {with:5.2} ns   ThreadLocal<AtomicU64> bump {thread_local:5.2} ns ({ratio:.2}x, median of {passes} passes; target <= 1.5x)   std thread_local! Cell {cell:5.2} ns ({:.2}x)",
         with / cell,
     );
+    // Two `PerCid`s of one space in turn (each finds its slot in the second entry of the
+    // thread's two-entry slot cache) and three (the variant that misses the cache at every
+    // call), against as many `ThreadLocal`s in turn.
+    let second: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    let third: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    second.with(|n| *n.get_mut() += 1);
+    third.with(|n| *n.get_mut() += 1);
+    let (tls2, tls3): (ThreadLocal<AtomicU64>, ThreadLocal<AtomicU64>) =
+        (ThreadLocal::new(), ThreadLocal::new());
+    let percids = [&counters, &second, &third];
+    let thread_locals = [&tls, &tls2, &tls3];
+    for k in [2, 3] {
+        let with = per_op(iters, |i| {
+            black_box(percids[(i % k) as usize]).with(|n| *n.get_mut() += 1);
+        });
+        let thread_local = per_op(iters, |i| {
+            tls_bump(black_box(thread_locals[(i % k) as usize]))
+        });
+        let what = if k == 2 {
+            "two PerCids in turn (the cache's second entry)"
+        } else {
+            "three PerCids in turn (every call misses the cache)"
+        };
+        println!(
+            "  {what} {with:5.2} ns   as many ThreadLocals in turn {thread_local:5.2} ns ({:.2}x)",
+            with / thread_local
+        );
+    }
 }
 
 /// `ThreadLocal<AtomicU64>`'s counter bump: what `PerCid::with(|n| *n.get_mut() += 1)`

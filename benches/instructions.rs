@@ -9,7 +9,8 @@
 //! ```text
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
-//! for op in pair pair_varying touch timeout_touch enter tls_get with tls_counter; do
+//! for op in pair pair_varying touch timeout_touch enter tls_get with with_alternating \
+//!     tls_counter; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -28,6 +29,8 @@
 //!   of `enter`, in the same loop.
 //! - `with`: `PerCid::with` bumping a `PerCid<AtomicU64>` counter through `get_mut` (the
 //!   thread holds its id and its slot has a value).
+//! - `with_alternating`: the same bump on three `PerCid`s of one space in turn, so that
+//!   every call misses the thread's two-entry slot cache.
 //! - `tls_counter`: the peer of `with`: `ThreadLocal<AtomicU64>::get_or` plus a relaxed
 //!   load and a relaxed store of the value + 1.
 //!
@@ -56,6 +59,7 @@ fn main() {
             "enter",
             "tls_get",
             "with",
+            "with_alternating",
             "tls_counter",
         ],
     };
@@ -78,6 +82,10 @@ fn main() {
     tls.get_or(|| 0);
     let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
     counters.with(|n| *n.get_mut() += 1);
+    let second: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    let third: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    second.with(|n| *n.get_mut() += 1);
+    third.with(|n| *n.get_mut() += 1);
     let tls_counters: thread_local::ThreadLocal<AtomicU64> = thread_local::ThreadLocal::new();
     tls_counters.get_or(|| AtomicU64::new(0));
     for op in ops {
@@ -107,13 +115,17 @@ fn main() {
             "with" => (0..count).for_each(|_| {
                 black_box(&counters).with(|n| *n.get_mut() += 1);
             }),
+            "with_alternating" => (0..count).for_each(|i| {
+                let counters = [&counters, &second, &third][(i % 3) as usize];
+                black_box(counters).with(|n| *n.get_mut() += 1);
+            }),
             "tls_counter" => (0..count).for_each(|_| {
                 let n = black_box(&tls_counters).get_or(|| AtomicU64::new(0));
                 n.store(n.load(Relaxed) + 1, Relaxed);
             }),
             other => panic!(
                 "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, enter, \
-                 tls_get, with, tls_counter"
+                 tls_get, with, with_alternating, tls_counter"
             ),
         }
     }

@@ -23,12 +23,13 @@
 //!
 //! # The owner's slot cache
 //!
-//! `with` finds its slot without the bucket arithmetic through a one-entry cache in the
-//! thread's record of the space ([`SlotCache`]): the storage's serial number and the
-//! address of the slot of the record's `own` id. An entry is filled only under a guard of
-//! the record (so `own` is the thread's pinned id), and `acquire`, the only code that
-//! gives `own` a new id or takes back one the thread had lost, empties it. An entry is
-//! used only under a guard of the record too, and then it is valid:
+//! `with` finds its slot without the bucket arithmetic through a two-entry cache in the
+//! thread's record of the space ([`SlotCache`]): per entry, a storage's serial number and
+//! the address of that storage's slot of the record's `own` id (two entries, so that a
+//! thread using two `PerCid`s of the space in turn finds both). An entry is filled only
+//! under a guard of the record (so `own` is the thread's pinned id), and `acquire`, the
+//! only code that gives `own` a new id or takes back one the thread had lost, empties
+//! both. An entry is used only under a guard of the record too, and then it is valid:
 //!
 //! - **The id is the same.** `own` changes only in `acquire`, which emptied the cache.
 //! - **The bucket is the same.** A trim unlinks the bucket of `own` only while `own` is
@@ -48,41 +49,38 @@ use std::ptr::{self, NonNull};
 
 use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell};
 
-/// A thread's cached slot in one storage (see "The owner's slot cache" above). Only the
-/// record's thread touches it; std atomics (relaxed loads and stores are plain moves) only
-/// because the record is shared with the scan, which never reads these fields.
+/// A thread's cached slots in up to two storages (see "The owner's slot cache" above), so
+/// that a thread that uses two `PerCid`s of a space in turn finds both. Only the record's
+/// thread touches it; std atomics (relaxed loads and stores are plain moves) only because
+/// the record is shared with the scan, which never reads these fields.
 #[derive(Debug)]
 pub(crate) struct SlotCache {
+    /// The latest entry filled.
+    recent: CacheEntry,
+    /// The entry filled before it.
+    older: CacheEntry,
+}
+
+/// One entry of a [`SlotCache`].
+#[derive(Debug)]
+struct CacheEntry {
     /// The serial of the storage whose slot `slot` is; 0 (no storage's) when empty.
     storage: std::sync::atomic::AtomicU64,
     /// A `*const Slot<T>` of that storage's `T`.
     slot: std::sync::atomic::AtomicPtr<()>,
 }
 
-impl SlotCache {
-    pub(crate) fn new() -> Self {
-        SlotCache {
+impl CacheEntry {
+    const fn new() -> Self {
+        CacheEntry {
             storage: std::sync::atomic::AtomicU64::new(0),
             slot: std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
         }
     }
 
-    /// Forgets the entry: the record's `own` is about to change, or it may have been freed
-    /// since the entry was filled (`acquire`).
-    pub(crate) fn clear(&self) {
-        self.storage.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// The cached slot if it is storage `serial`'s.
-    ///
-    /// # Safety
-    ///
-    /// The caller holds a guard of this cache's record, and `serial` is the serial of a
-    /// live `PerCid` storage of `T`s (serials are unique, so an entry found under it was
-    /// filled with a slot of that storage). The slot is then the one of the guard's id,
-    /// and stays linked while that guard lives (see the module docs).
+    /// The slot if this entry holds storage `serial`'s (see [`SlotCache::get`]).
     #[inline(always)]
-    pub(super) unsafe fn get<T>(&self, serial: u64) -> Option<NonNull<Slot<T>>> {
+    fn get<T>(&self, serial: u64) -> Option<NonNull<Slot<T>>> {
         if self.storage.load(std::sync::atomic::Ordering::Relaxed) != serial {
             return None;
         }
@@ -92,17 +90,63 @@ impl SlotCache {
         Some(unsafe { NonNull::new_unchecked(slot.cast()) })
     }
 
-    /// Caches `slot`, the slot of the record's `own` in storage `serial`.
+    fn store(&self, serial: u64, slot: *mut ()) {
+        self.slot.store(slot, std::sync::atomic::Ordering::Relaxed);
+        self.storage
+            .store(serial, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl SlotCache {
+    pub(crate) fn new() -> Self {
+        SlotCache {
+            recent: CacheEntry::new(),
+            older: CacheEntry::new(),
+        }
+    }
+
+    /// Forgets both entries: the record's `own` is about to change, or it may have been
+    /// freed since the entries were filled (`acquire`).
+    pub(crate) fn clear(&self) {
+        self.recent
+            .storage
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.older
+            .storage
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The cached slot if an entry is storage `serial`'s.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a guard of this cache's record, and `serial` is the serial of a
+    /// live `PerCid` storage of `T`s (serials are unique, so an entry found under it was
+    /// filled with a slot of that storage). The slot is then the one of the guard's id,
+    /// and stays linked while that guard lives (see the module docs).
+    #[inline(always)]
+    pub(super) unsafe fn get<T>(&self, serial: u64) -> Option<NonNull<Slot<T>>> {
+        match self.recent.get(serial) {
+            Some(slot) => Some(slot),
+            None => self.older.get(serial),
+        }
+    }
+
+    /// Caches `slot`, the slot of the record's `own` in storage `serial`, as the recent
+    /// entry; the recent one becomes the older, and the older is forgotten.
     ///
     /// # Safety
     ///
     /// The caller holds a guard of this cache's record, and `slot` is the slot of its id in
     /// the storage numbered `serial`.
     pub(super) unsafe fn set<T>(&self, serial: u64, slot: NonNull<Slot<T>>) {
-        self.slot
-            .store(slot.as_ptr().cast(), std::sync::atomic::Ordering::Relaxed);
-        self.storage
-            .store(serial, std::sync::atomic::Ordering::Relaxed);
+        let recent_storage = self
+            .recent
+            .storage
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let recent_slot = self.recent.slot.load(std::sync::atomic::Ordering::Relaxed);
+        self.older.store(recent_storage, recent_slot);
+        self.recent.store(serial, slot.as_ptr().cast());
     }
 }
 

@@ -1,5 +1,5 @@
 //! The owner's slot cache (`src/cid/slots.rs`): `with` finds its slot without the bucket
-//! lookup, from a one-entry cache in the thread's record. These pin the cases where a
+//! lookup, from a two-entry cache in the thread's record. These pin the cases where a
 //! cached slot would be the wrong one: the thread's id reclaimed and its array trimmed
 //! (and the id handed to another thread), the thread moved down to another id, a
 //! `PerCid` made where a dropped one was, and two `PerCid`s of one space used in turn and
