@@ -39,6 +39,9 @@
 //!   `acquire` (`pin.rs`); moving down and thread exit also go through `acquire` or end
 //!   the record. So every id freed after the fill is followed by an `acquire` before the
 //!   guard that uses the entry was made.
+//! - **In a forked child** no trim runs (the space's scheduler is inert there), so no
+//!   bucket is freed under a child thread's cached slot; a child's fresh ids above the
+//!   high water are never in the bitmap a trim would judge by.
 //! - **The storage is the same.** The key is a serial number no other storage has (an
 //!   address could be reused by a storage made after this one was dropped), and the
 //!   `PerCid` whose `with` uses the entry keeps its storage alive.

@@ -18,6 +18,9 @@
 //! - `reclaim_mix`: Exactly-once and no double count with readers that panic while
 //!   visiting queued values, two readers, the scheduler dropped mid-way and the PerCid
 //!   dropped while values are queued.
+//! - `hostile_cache`: The slot cache and `with`'s straight line under hostile use: revoked
+//!   ids, reborn storages, nesting, late destructors, fork, spaces dropped under cached
+//!   slots, churn beside a reader.
 //! - `slot_cache`: The slot `with` finds through the thread's cache is its id's, in this
 //!   `PerCid`: after a reclaim and trim, a move down, a `PerCid` made where a dropped one
 //!   was, and two `PerCid`s used in turn.
@@ -31,6 +34,7 @@ mod common;
 mod deferred_trims;
 mod exit_hook;
 mod gate_cycles;
+mod hostile_cache;
 mod hostile_callbacks;
 mod queue_reentrancy;
 mod queue_starvation;

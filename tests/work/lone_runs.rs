@@ -631,8 +631,14 @@ fn try_flush_on_a_yielding_work_never_blocks_and_leaves_the_increments_to_worker
         });
         assert!(
             eventually(|| increments.load(Ordering::SeqCst) >= start + 500),
-            "round {round}: the increments stalled at {} after try_flush calls",
-            increments.load(Ordering::SeqCst) - start
+            "round {round}: the increments stalled at {} after try_flush calls \
+             (pending {}, running {}, deadline in {:?}, {:?})",
+            increments.load(Ordering::SeqCst) - start,
+            work.is_pending(),
+            work.is_running(),
+            work.deadline()
+                .map(|d| d.saturating_duration_since(Instant::now())),
+            sched.metrics(),
         );
         assert!(eventually(
             || !work.is_pending() && running.load(Ordering::SeqCst) == 0
