@@ -1,4 +1,5 @@
-//! `PerCid` fixtures shared by the reclaim tests: a thread that must finish, exit included,
+//! `PerCid` fixtures shared by the reclaim and slot-cache tests: a thread that must
+//! finish, exit included, a thread that runs steps on demand and stays alive in between,
 //! and the folding pattern where one `PerCid`'s reclaimed slots fold into another's.
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -51,4 +52,57 @@ pub fn fold_pair(ids: &IdSpace) -> (Arc<AtomicU64>, Arc<PerCid<u64>>, Arc<PerCid
         move |n: &mut u64| totals.with(|t| *t += *n)
     }));
     (total, totals, counters)
+}
+
+/// A step an [`Owner`] runs on its thread.
+pub type Step = Box<dyn FnOnce() + Send>;
+
+/// A thread that runs the steps it is given, one at a time, and stays alive in between
+/// (so its id is reclaimed by the scan, not released by an exit).
+pub struct Owner {
+    steps: mpsc::Sender<(Step, mpsc::Sender<()>)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Owner {
+    /// A thread that waits for steps.
+    pub fn start() -> Owner {
+        let (steps, inbox) = mpsc::channel::<(Step, mpsc::Sender<()>)>();
+        let thread = std::thread::spawn(move || {
+            for (step, done) in inbox {
+                step();
+                done.send(()).unwrap();
+            }
+        });
+        Owner {
+            steps,
+            thread: Some(thread),
+        }
+    }
+
+    /// Runs `step` on the owner's thread and returns once it has.
+    pub fn run(&self, step: impl FnOnce() + Send + 'static) {
+        let (done, finished) = mpsc::channel();
+        self.steps.send((Box::new(step), done)).unwrap();
+        finished.recv().expect("the step panicked");
+    }
+
+    /// Ends the thread and joins it (its id is released before this returns).
+    pub fn exit(mut self) {
+        let thread = self.thread.take().unwrap();
+        drop(self);
+        thread.join().unwrap();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let (steps, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.steps, steps));
+        if let Some(thread) = self.thread.take() {
+            // A step that panicked already failed its test; unwinding past this must not
+            // panic again.
+            let _ = thread.join();
+        }
+    }
 }

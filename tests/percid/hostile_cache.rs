@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use nicework::{IdSpace, MIN_SCAN_PERIOD, PerCid, Scheduler};
 
+use crate::common::percid::Owner;
 use crate::common::{self, eventually};
 
 const SCAN: Duration = Duration::from_millis(100);
@@ -106,49 +107,6 @@ fn sum(percid: &PerCid<Tagged>) -> u64 {
     let mut total = 0;
     percid.for_each(|slot| total += slot.count.load(Ordering::SeqCst));
     total
-}
-
-type Step = Box<dyn FnOnce() + Send>;
-
-/// A thread that runs steps one at a time and stays alive in between.
-struct Owner {
-    steps: Option<mpsc::Sender<(Step, mpsc::Sender<()>)>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Owner {
-    fn start() -> Owner {
-        let (steps, inbox) = mpsc::channel::<(Step, mpsc::Sender<()>)>();
-        let thread = std::thread::spawn(move || {
-            for (step, done) in inbox {
-                step();
-                done.send(()).unwrap();
-            }
-        });
-        Owner {
-            steps: Some(steps),
-            thread: Some(thread),
-        }
-    }
-
-    fn run(&self, step: impl FnOnce() + Send + 'static) {
-        let (done, finished) = mpsc::channel();
-        self.steps
-            .as_ref()
-            .unwrap()
-            .send((Box::new(step), done))
-            .unwrap();
-        finished.recv().expect("the step panicked");
-    }
-}
-
-impl Drop for Owner {
-    fn drop(&mut self) {
-        drop(self.steps.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// The id a thread's revoked id went to stays linked (a third thread keeps the high water

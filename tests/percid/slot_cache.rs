@@ -11,62 +11,14 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nicework::{IdSpace, PerCid, Scheduler};
 
+use crate::common::percid::Owner;
+
 const SCAN: Duration = Duration::from_millis(100);
-
-type Step = Box<dyn FnOnce() + Send>;
-
-/// A thread that runs the steps it is given, one at a time, and stays alive in between
-/// (so its id is reclaimed by the scan, not released by an exit).
-struct Owner {
-    steps: mpsc::Sender<(Step, mpsc::Sender<()>)>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Owner {
-    fn start() -> Owner {
-        let (steps, inbox) = mpsc::channel::<(Step, mpsc::Sender<()>)>();
-        let thread = std::thread::spawn(move || {
-            for (step, done) in inbox {
-                step();
-                done.send(()).unwrap();
-            }
-        });
-        Owner {
-            steps,
-            thread: Some(thread),
-        }
-    }
-
-    /// Runs `step` on the owner's thread and returns once it has.
-    fn run(&self, step: impl FnOnce() + Send + 'static) {
-        let (done, finished) = mpsc::channel();
-        self.steps.send((Box::new(step), done)).unwrap();
-        finished.recv().expect("the step panicked");
-    }
-
-    /// Ends the thread and joins it (its id is released before this returns).
-    fn exit(mut self) {
-        let thread = self.thread.take().unwrap();
-        drop(self);
-        thread.join().unwrap();
-    }
-}
-
-impl Drop for Owner {
-    fn drop(&mut self) {
-        let (steps, _) = mpsc::channel();
-        drop(std::mem::replace(&mut self.steps, steps));
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
-        }
-    }
-}
 
 /// `with` adding `n` and returning the value it found.
 fn add(counters: &Arc<PerCid<u64>>, n: u64) -> impl FnOnce() -> u64 + Send + 'static {

@@ -15,7 +15,7 @@ use nicework::{Next, Scheduler, Work};
 const MS: Duration = Duration::from_millis(1);
 
 /// A `work()` that records its runs' start times (virtual for a manual scheduler).
-fn recording(sched: &Scheduler, next: Next) -> (Work, Arc<Mutex<Vec<Instant>>>) {
+pub(super) fn recording(sched: &Scheduler, next: Next) -> (Work, Arc<Mutex<Vec<Instant>>>) {
     let ran = Arc::new(Mutex::new(Vec::new()));
     let r = ran.clone();
     let work = sched.work(move |cx| {

@@ -12,19 +12,10 @@ use std::time::{Duration, Instant};
 use common::{Rng, eventually};
 use nicework::{Next, Scheduler, Work};
 
+use super::changing_delays::recording;
+
 const MS: Duration = Duration::from_millis(1);
 const UNIT: Duration = Duration::from_micros(100);
-
-/// A `work()` that records its runs' start times (virtual for a manual scheduler).
-fn recording(sched: &Scheduler, next: Next) -> (Work, Arc<Mutex<Vec<Instant>>>) {
-    let ran = Arc::new(Mutex::new(Vec::new()));
-    let r = ran.clone();
-    let work = sched.work(move |cx| {
-        r.lock().unwrap().push(cx.scheduler().now());
-        next
-    });
-    (work, ran)
-}
 
 /// Spins (then yields) until `cond` holds.
 fn spin_until(mut cond: impl FnMut() -> bool) {
