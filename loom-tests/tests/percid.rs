@@ -5,6 +5,10 @@
 //! reader or an owner is using, is reported by loom as a causality violation; the counts
 //! check that every increment is either live or folded by `on_reclaim`, exactly once.
 //!
+//! The last models race the owner's slot cache against the scan: a revoke between
+//! `enter()`'s fast path and the cache's use, and a second owner's first value (which may
+//! take the revoked id) while the scan trims.
+//!
 //! Loom does not run a spawned thread's thread-local destructors before `join` returns,
 //! so threads that "went away" keep their ids until the scan revokes them as idle, which
 //! is what makes their slots trimmable here.
@@ -325,5 +329,99 @@ fn a_cached_slot_is_not_used_after_its_id_was_reclaimed_and_trimmed() {
             thread::spawn(move || sum(&counters))
         };
         assert_eq!(last.join().unwrap(), 2);
+    });
+}
+
+// --- the owner's slot cache (src/cid/slots.rs) ---
+
+/// The owner cached its slot (id 0) and went idle through one scan. Then, at once: the
+/// owner counts again (through the cache, or after losing its id), a second owner makes
+/// its first value (taking id 0 if the scan freed it first, else id 1), and the second
+/// scan revokes the owner's id and trims above the high water.
+#[test]
+fn a_scan_revokes_the_id_while_the_owner_is_on_its_cached_straight_line() {
+    check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let counters = counters(&ids, &folded);
+        let phase = Arc::new(AtomicU64::new(0));
+        let first = {
+            let (counters, phase) = (counters.clone(), phase.clone());
+            thread::spawn(move || {
+                counters.with(Count::add);
+                counters.with(Count::add);
+                phase.store(1, Ordering::SeqCst);
+                while phase.load(Ordering::SeqCst) != 2 {
+                    thread::yield_now();
+                }
+                counters.with(Count::add);
+            })
+        };
+        while phase.load(Ordering::SeqCst) != 1 {
+            thread::yield_now();
+        }
+        // The scan sees the owner's enters (not idle yet).
+        sched.advance(SCAN);
+        phase.store(2, Ordering::SeqCst);
+        let second = {
+            let counters = counters.clone();
+            thread::spawn(move || counters.with(Count::add))
+        };
+        // Revokes the owner's id if it is idle at that moment, and trims.
+        sched.advance(SCAN);
+        first.join().unwrap();
+        second.join().unwrap();
+        let last = {
+            let counters = counters.clone();
+            thread::spawn(move || sum(&counters))
+        };
+        assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 4);
+    });
+}
+
+/// Two `PerCid`s of one space: the owner alternates them (the cache holds the other's
+/// slot) while the scan revokes and a second owner takes ids; nested calls too.
+#[test]
+fn two_percids_alternated_beside_a_revoke() {
+    check(|| {
+        let sched = Scheduler::manual();
+        let ids = IdSpace::new(&sched);
+        let folded = Arc::new(AtomicU64::new(0));
+        let a = counters(&ids, &folded);
+        let b = counters(&ids, &folded);
+        let phase = Arc::new(AtomicU64::new(0));
+        let first = {
+            let (a, b, phase) = (a.clone(), b.clone(), phase.clone());
+            thread::spawn(move || {
+                a.with(Count::add);
+                b.with(Count::add);
+                phase.store(1, Ordering::SeqCst);
+                while phase.load(Ordering::SeqCst) != 2 {
+                    thread::yield_now();
+                }
+                a.with(|outer| {
+                    outer.add();
+                    b.with(Count::add);
+                });
+            })
+        };
+        while phase.load(Ordering::SeqCst) != 1 {
+            thread::yield_now();
+        }
+        sched.advance(SCAN);
+        phase.store(2, Ordering::SeqCst);
+        let second = {
+            let b = b.clone();
+            thread::spawn(move || b.with(Count::add))
+        };
+        sched.advance(SCAN);
+        first.join().unwrap();
+        second.join().unwrap();
+        let last = {
+            let (a, b) = (a.clone(), b.clone());
+            thread::spawn(move || sum(&a) + sum(&b))
+        };
+        assert_eq!(last.join().unwrap() + folded.load(Ordering::SeqCst), 5);
     });
 }
