@@ -646,6 +646,7 @@ fn late_destructor_withs_after_the_exit_hook_use_their_own_slots() {
 /// its own slot (the value it wrote before the fork), a nested `with` and a new thread
 /// work; and after its id was revoked and given to another thread before the fork, the
 /// child's `with` does not write into that thread's slot.
+#[cfg(unix)]
 #[test]
 fn fork_in_a_thread_with_a_cached_slot() {
     let sched = Scheduler::manual();
