@@ -58,8 +58,8 @@ enum Fast {
 // === `impl Shared`, this file's part: arming: `schedule`, `reschedule`, `schedule_within`,
 // a periodic work's `touch`, `detach`, the pending deadline, and the period rule. ===
 impl Shared {
-    /// The lock-free arm: one CAS if the live entry can serve the new deadline, plus,
-    /// when it changes a `work()`'s period, the period store and the flag's release.
+    /// The lock-free arm: one CAS if the live entry can serve the new deadline, plus, for
+    /// a `work()`, the period's store (when it changes) and the claim's release.
     #[inline]
     fn arm_fast(&self, work: &WorkRef, deadline: u64, only_if_idle: bool, delay_ns: u64) -> Fast {
         if delay_ns == 0 {
