@@ -303,8 +303,7 @@ fn many_moves_later_with_jittered_lowering() {
 }
 
 /// `every` and timeout works re-armed with delays that change at every call keep their
-/// period, and a timeout never runs within idle of its latest touch (the bit a `work()`
-/// uses for the claim on its period is a timeout's `FIRING`).
+/// period, and a timeout never runs within idle of its latest touch.
 #[test]
 fn every_and_timeout_keep_their_period_under_changing_delays() {
     let sched = Scheduler::manual();

@@ -45,6 +45,9 @@ use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{State, StateCell};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
+/// The top bit of a header's listing word: the work has a custom name.
+const NAMED_BIT: u32 = 1 << 31;
+
 /// The part of a work that every thread may read.
 #[derive(Debug)]
 /// Each field is `A:` (see the legend of guard tags in `sync`).
@@ -55,8 +58,10 @@ pub(crate) struct Header {
     /// A: the number of [`WorkRef`]s (the allocation's owners); there is no weak count.
     refs: AtomicU32,
     /// T (the scheduler's registry lock for writes; relaxed reads may be stale): the
-    /// work's slot in the registry of live works, or `NOT_LISTED` (see `listing`).
-    registry_key: AtomicU32,
+    /// work's slot in the registry of live works, or `NOT_LISTED` (see `listing`), in the
+    /// low 31 bits; and A, the top bit (`NAMED_BIT`), set once when the work gets a custom
+    /// name. Each writer edits only its own bits.
+    registry_key_and_name: AtomicU32,
     /// A: the state word (see `state`); CAS by the ops and the run lifecycle.
     pub(crate) state: StateCell,
     /// A: for a timeout work, the time of its latest `touch()` (scheduler ns, raised with
@@ -106,12 +111,34 @@ impl Header {
 
     /// The work's slot in the registry (see `listing`).
     pub(crate) fn registry_key(&self) -> u32 {
-        self.registry_key.load(Ordering::Relaxed)
+        self.registry_key_and_name.load(Ordering::Relaxed) & !NAMED_BIT
     }
 
-    /// Sets the slot; under the registry lock.
+    /// Sets the slot; under the registry lock. A CAS loop: `mark_named` may set its bit
+    /// meanwhile.
     pub(crate) fn set_registry_key(&self, key: u32) {
-        self.registry_key.store(key, Ordering::Relaxed);
+        debug_assert!(key <= NOT_LISTED);
+        let word = &self.registry_key_and_name;
+        let mut old = word.load(Ordering::Relaxed);
+        while let Err(now) = word.compare_exchange_weak(
+            old,
+            (old & NAMED_BIT) | key,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            old = now;
+        }
+    }
+
+    /// Whether the work has a custom name in the name table.
+    fn is_named(&self) -> bool {
+        self.registry_key_and_name.load(Ordering::Acquire) & NAMED_BIT != 0
+    }
+
+    /// Marks the work as having a custom name (after it was put in the table: release).
+    fn mark_named(&self) {
+        self.registry_key_and_name
+            .fetch_or(NAMED_BIT, Ordering::Release);
     }
 
     /// A header for a work whose closure is a `C`, with one reference.
@@ -119,7 +146,7 @@ impl Header {
         Header {
             widen: widen::<C>,
             refs: AtomicU32::new(1),
-            registry_key: AtomicU32::new(NOT_LISTED),
+            registry_key_and_name: AtomicU32::new(NOT_LISTED),
             state: StateCell::new(state),
             period_or_touch: AtomicU64::new(period_ns),
             stats: StatsCounters::new(),
@@ -328,7 +355,7 @@ pub(crate) struct WorkInner<C: ?Sized> {
 impl WorkInner<dyn Callback> {
     /// The work's name: its custom name or its closure's type name.
     pub(crate) fn name(&self) -> &str {
-        if self.header.state.load().is_named() {
+        if self.header.is_named() {
             if let Some(name) = names::get(self.address()) {
                 return name;
             }
@@ -339,7 +366,7 @@ impl WorkInner<dyn Callback> {
     /// Gives the work a custom name.
     pub(crate) fn set_name(&self, name: Box<str>) {
         names::push(self.address(), name);
-        self.header.state.mark_named();
+        self.header.mark_named();
     }
 
     /// The address that identifies the work (in the name table, the wait graph and the
@@ -399,7 +426,7 @@ impl WorkInner<dyn Callback> {
 impl<C: ?Sized> Drop for WorkInner<C> {
     fn drop(&mut self) {
         let state = self.header.state.load();
-        if state.is_named() {
+        if self.header.is_named() {
             names::remove(self as *const Self as *const u8 as usize);
         }
         // Every path that ends a work's life drops the closure before the last reference

@@ -39,8 +39,9 @@ use crate::scheduler::shared::Shared;
 
 use crate::sync::lock_std;
 
-/// A work's `registry_key` while it is not listed.
-pub(crate) const NOT_LISTED: u32 = u32::MAX;
+/// A work's `registry_key` while it is not listed: the largest 31-bit key (the word's top
+/// bit says whether the work is named).
+pub(crate) const NOT_LISTED: u32 = (1 << 31) - 1;
 
 /// Marks a vacant slot's link (a header address is even).
 const VACANT: usize = 1;
@@ -76,7 +77,7 @@ impl Registry {
     }
 
     /// Lists `header`'s work; returns its slot, or `None` when the slots would pass
-    /// `NOT_LISTED` (four billion live works: it is then simply not listed).
+    /// `NOT_LISTED` (two billion live works: it is then simply not listed).
     fn insert(&mut self, header: NonNull<Header>) -> Option<u32> {
         let header = header.as_ptr().cast_const();
         debug_assert_eq!(header.addr() & VACANT, 0, "headers are 8-aligned");

@@ -1,8 +1,8 @@
 //! The table of custom work names.
 //!
 //! Few works have a custom name, so it is not worth a word in every work's header: the
-//! names live here, keyed by the work's address, and the state word's `NAMED` flag says
-//! whether to look. A renamed work keeps its older names until it is freed, so a `&str`
+//! names live here, keyed by the work's address, and the top bit of the header's listing
+//! word says whether to look. A renamed work keeps its older names until it is freed, so a `&str`
 //! handed out stays valid for as long as the work lives, even if another thread renames
 //! it meanwhile (the strings are boxed, so the table may grow without moving them).
 //!

@@ -131,8 +131,8 @@ const QUEUED: u64 = 1 << 12;
 const TIMEOUT: u64 = 1 << 13;
 /// A worker is deciding whether this timeout work is due (see the ground rules).
 const FIRING: u64 = 1 << 14;
-/// It has a custom name in the name table.
-const NAMED: u64 = 1 << 15;
+/// A `work()`'s period word is claimed (see the ground rules).
+const PERIOD_CLAIMED: u64 = 1 << 15;
 /// The closure has been dropped (the handle let go of it, or its last run ended after
 /// that, or a `once` work's one run consumed it): every arm is refused, and the
 /// allocation may live on while timer entries still point at it.
@@ -143,12 +143,6 @@ const TOUCHED_IN_RUN: u64 = 1 << 17;
 /// Its handle was given up with `Work::detach`: it lives on until its callback returns
 /// `Stop` or `Park`, panics, or the scheduler shuts down, and is then freed.
 const DETACHED: u64 = 1 << 18;
-
-/// A `work()`'s period word is claimed (see the ground rules). The bit is [`FIRING`]'s:
-/// `FIRING` is only ever set on a timeout work and this only on a work whose period
-/// follows its arms (neither `every` nor timeout), so the two never meet on one work, and
-/// only a timeout work's transitions clear `FIRING`.
-const PERIOD_CLAIMED: u64 = FIRING;
 
 /// Largest disable nesting depth; deeper `disable()` calls are counted as this.
 pub(crate) const DISABLE_MAX: u64 = (1 << 21) - 1;
@@ -188,8 +182,8 @@ pub(crate) fn now_units(now_ns: u64) -> u64 {
 
 /// The state word itself. Every transition goes through its methods: a plain load, a
 /// CAS of the whole word, a CAS loop ([`update`](Self::update)), and the two flag edits
-/// that no other writer decides on (`NAMED`, `CLOSURE_DROPPED`, a touch clearing
-/// `FIRING`). Arms under the core lock go through `Shared::commit`, which is an
+/// that no other writer decides on (`CLOSURE_DROPPED`, a touch clearing `FIRING`), and
+/// the release of a period claim. Arms under the core lock go through `Shared::commit`, which is an
 /// `update` that also links a timer entry.
 #[derive(Debug)]
 pub(crate) struct StateCell(AtomicU64);
@@ -236,8 +230,8 @@ impl StateCell {
         }
     }
 
-    /// Sets `flag`, which no CAS writer decides on (`NAMED`, `CLOSURE_DROPPED`); returns
-    /// the word before.
+    /// Sets `flag`, which no CAS writer decides on (`CLOSURE_DROPPED`); returns the word
+    /// before.
     fn set_flag(&self, flag: u64) -> State {
         State(self.0.fetch_or(flag, Ordering::AcqRel))
     }
@@ -247,11 +241,6 @@ impl StateCell {
     #[inline]
     pub(crate) fn release_period_claim(&self) {
         self.0.fetch_and(!PERIOD_CLAIMED, Ordering::AcqRel);
-    }
-
-    /// Marks the work as having a custom name.
-    pub(crate) fn mark_named(&self) {
-        self.set_flag(NAMED);
     }
 
     /// Marks the closure as dropped; returns whether it already was.
@@ -345,11 +334,7 @@ impl State {
     /// `Yield` increment. The timer entry is consumed (or left stale).
     pub(crate) fn start_run(&mut self) {
         let increment = self.has(YIELDED);
-        self.clear(PENDING | YIELDED | QUEUED);
-        if self.has(TIMEOUT) {
-            // Only a timeout's: on a `work()` the bit is `PERIOD_CLAIMED`.
-            self.clear(FIRING);
-        }
+        self.clear(PENDING | YIELDED | QUEUED | FIRING);
         self.set(RUNNING);
         if increment {
             self.set(RUNNING_INCREMENT);
@@ -365,7 +350,7 @@ impl State {
     /// [`PERIOD_CLAIMED`]).
     #[inline]
     pub(crate) fn period_claimed(self) -> bool {
-        self.period_follows_arms() && self.has(PERIOD_CLAIMED)
+        self.has(PERIOD_CLAIMED)
     }
 
     /// With the claim on the period taken.

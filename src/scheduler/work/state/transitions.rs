@@ -5,8 +5,8 @@
 
 use super::{
     CANCEL_WAITING, CLOSURE_DROPPED, DETACHED, DISABLED, FIRING, FIXED_PERIOD, FLUSH_TAKEOVER,
-    NAMED, ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED,
-    State, TIMEOUT, TOUCHED_IN_RUN, YIELDED,
+    ORPHANED, PENDING, POISONED, QUEUED, REARM_REFUSED, RUNNING, RUNNING_INCREMENT, STOPPED, State,
+    TIMEOUT, TOUCHED_IN_RUN, YIELDED,
 };
 
 impl State {
@@ -59,11 +59,6 @@ impl State {
     /// Its handle is gone and nothing arms it again.
     pub(crate) fn is_orphaned(self) -> bool {
         self.has(ORPHANED)
-    }
-
-    /// It has a custom name.
-    pub(crate) fn is_named(self) -> bool {
-        self.has(NAMED)
     }
 
     /// Its closure was dropped.
