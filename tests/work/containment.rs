@@ -1,13 +1,15 @@
 //! Containment is total: a panic whose payload panics again when dropped, the same inside
 //! `flush` on the caller's thread and inside `advance`, and a closure whose `Drop` panics
 //! are all caught. The work is poisoned, never left marked running, every later call on
-//! it returns, and the worker and the other works carry on.
+//! it returns, and the worker and the other works carry on. Also payloads whose
+//! destructors panic several levels deep, and panicking closure destructors wherever they
+//! run.
 
 use crate::common;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use nicework::{Next, Scheduler, Work};
 
@@ -165,4 +167,146 @@ fn metrics_count_every_caught_panic_once() {
     work.schedule(Duration::from_secs(3600));
     assert!(work.flush());
     assert_eq!(real.metrics().panics, 1);
+}
+
+/// Asserts that `sched`'s worker still runs a fresh work (its thread did not die).
+fn assert_runs_a_work(sched: &Scheduler) {
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    let w = sched.work(move |_| {
+        r.store(true, Ordering::SeqCst);
+        Next::Park
+    });
+    w.schedule(Duration::ZERO);
+    let start = Instant::now();
+    while !ran.load(Ordering::SeqCst) {
+        assert!(start.elapsed() < Duration::from_secs(10), "worker died");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A payload whose Drop panics with a payload whose Drop panics with ... `depth` levels.
+struct Bomb(u32);
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            std::panic::panic_any(Bomb(self.0 - 1));
+        }
+    }
+}
+
+/// A closure capture whose Drop panics with a Bomb payload.
+struct DropBomb(u32);
+impl Drop for DropBomb {
+    fn drop(&mut self) {
+        std::panic::panic_any(Bomb(self.0));
+    }
+}
+
+/// Keeps the planted `Bomb` panics out of the output. Only those: the hook is the whole
+/// binary's, and a test failing after it was installed must still print its message.
+fn quiet() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !info.payload().is::<Bomb>() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+#[test]
+fn payloads_that_panic_on_drop_levels_deep_are_contained() {
+    quiet();
+    let sched = Scheduler::new().unwrap();
+    for depth in 0..5 {
+        let w = sched.work(move |_| std::panic::panic_any(Bomb(depth)));
+        w.schedule(Duration::ZERO);
+        let start = Instant::now();
+        while !w.is_poisoned() {
+            assert!(start.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!w.is_running());
+        // flush on the caller thread
+        let w2 = sched.work(move |_| std::panic::panic_any(Bomb(depth)));
+        w2.schedule(Duration::from_secs(100));
+        assert!(w2.flush());
+        assert!(w2.is_poisoned() && !w2.is_running());
+        assert!(!w2.flush());
+        w2.cancel_sync();
+    }
+    // the worker still runs works
+    assert_runs_a_work(&sched);
+}
+
+#[test]
+fn closure_destructors_that_panic_are_contained_wherever_they_run() {
+    quiet();
+    let sched = Scheduler::builder().workers(2).build().unwrap();
+    // 1. drop(work) on the caller
+    let b = DropBomb(3);
+    let w = sched.work(move |_| {
+        let _ = &b;
+        Next::Park
+    });
+    drop(w);
+    // 2. dropped from inside another work's callback while it runs on the other worker
+    let running = Arc::new(AtomicBool::new(false));
+    let bomb = DropBomb(3);
+    let r = running.clone();
+    let victim = sched.work(move |_| {
+        let _ = &bomb;
+        r.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(100));
+        Next::Again
+    });
+    victim.schedule(Duration::ZERO);
+    let holder = Arc::new(Mutex::new(Some(victim)));
+    let done = Arc::new(AtomicBool::new(false));
+    let (h, r, d) = (holder.clone(), running.clone(), done.clone());
+    let killer = sched.work(move |_| {
+        while !r.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(h.lock().unwrap().take());
+        d.store(true, Ordering::SeqCst);
+        Next::Park
+    });
+    killer.schedule(Duration::ZERO);
+    let start = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "killer never finished"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // 3. self-drop on the worker (freed after the run, on the worker)
+    let bomb = DropBomb(3);
+    let me: Arc<Mutex<Option<Work>>> = Arc::new(Mutex::new(None));
+    let m = me.clone();
+    let selfdrop = sched.work(move |_| {
+        let _ = &bomb;
+        drop(m.lock().unwrap().take());
+        Next::Again
+    });
+    selfdrop.schedule(Duration::ZERO);
+    *me.lock().unwrap() = Some(selfdrop);
+    std::thread::sleep(Duration::from_millis(200));
+    // 4. after shutdown
+    let bomb = DropBomb(3);
+    let late = sched.work(move |_| {
+        let _ = &bomb;
+        Next::Park
+    });
+    let s2 = sched.clone();
+    drop(sched);
+    drop(s2);
+    drop(late);
+    // still alive: a fresh scheduler works
+    let sched = Scheduler::new().unwrap();
+    assert_runs_a_work(&sched);
 }

@@ -16,7 +16,6 @@
 //! - `bad_input`: Bad input and calls in the wrong place.
 //! - `cancel_refusal`: `disable`/`enable` nest only with each other.
 //! - `containment`: Containment is total.
-//! - `containment_levels`: Containment and cancel refusal under harder attacks.
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
@@ -58,7 +57,6 @@ mod cancel_refusal;
 mod changing_delays;
 mod changing_delays_hostile;
 mod containment;
-mod containment_levels;
 mod detach;
 mod faults;
 mod flush_scope;
