@@ -20,9 +20,8 @@
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for.
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
-//!   creation, drop, poison, detach and `once` from other threads.
-//! - `listing_lives`: `Scheduler::works` against every way a work's life ends, from
-//!   inside the listing and beside it.
+//!   creation, drop, poison, detach and `once` from other threads, and against every way
+//!   a work's life ends, from inside the listing and beside it.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `lone_runs`: Far deadlines through a hosted driver, arms made while a lone run holds
@@ -61,7 +60,6 @@ mod detach;
 mod faults;
 mod flush_scope;
 mod listing;
-mod listing_lives;
 mod lock_free_arming;
 mod lone_runs;
 mod manual;
