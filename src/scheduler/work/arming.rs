@@ -50,8 +50,8 @@ enum Fast {
     Armed(State),
     /// `schedule` found the work already pending.
     AlreadyPending,
-    /// Needs the lock: no live entry, an earlier deadline, a period change in progress,
-    /// or a refusal to report.
+    /// Needs the lock: no live entry, an earlier deadline, the period claimed by another
+    /// thread, or a refusal to report.
     Slow,
 }
 
@@ -77,18 +77,13 @@ impl Shared {
             if !old.has_live_entry() || old.refuses_arm() || serves == Serves::No {
                 return Fast::Slow;
             }
-            let mut new = old.armed(deadline);
             // A `work()`'s period follows its arms: this CAS takes the claim on it, and
             // the period is stored under it (see the ground rules in `state`).
-            let follows = old.period_follows_arms();
-            if follows {
-                if old.period_claimed() {
-                    return Fast::Slow;
-                }
-                new = new.with_period_claim();
+            if old.period_claimed() {
+                return Fast::Slow;
             }
-            if header.state.cas(old, new) {
-                if follows {
+            if header.state.cas(old, old.armed_by_an_arm(deadline)) {
+                if old.period_follows_arms() {
                     Shared::set_period_and_release(header, delay_ns);
                 }
                 if let Serves::ByPlacement(placement) = serves {
@@ -209,12 +204,7 @@ impl Shared {
                 if held_off || (only_if_idle && old.is_pending()) || old.refuses_arm() {
                     return None;
                 }
-                let new = old.armed(Shared::deadline_after(now, delay_ns));
-                Some(if old.period_follows_arms() {
-                    new.with_period_claim()
-                } else {
-                    new
-                })
+                Some(old.armed_by_an_arm(Shared::deadline_after(now, delay_ns)))
             });
             if held_off {
                 continue;

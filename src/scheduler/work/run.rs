@@ -308,8 +308,12 @@ impl Shared {
         // `Again`, and a `Park` after a touch during the run, re-arm for the period: it is
         // claimed, so that the word this completion decides on keeps it (see the ground
         // rules in `state`), and the completion's CAS releases the claim.
+        // `TOUCHED_IN_RUN` is only set under the core lock, which this holds, so a `Park`
+        // that needs no period claims none.
+        let touched = header.state.load().was_touched_during_run();
         let (period, claimed) = match next {
-            Some(Next::Again | Next::Park) if !shutdown => self.claim_period(&work),
+            Some(Next::Again) if !shutdown => self.claim_period(&work),
+            Some(Next::Park) if touched && !shutdown => self.claim_period(&work),
             _ => (0, false),
         };
         let ending = RunEnd {

@@ -359,6 +359,19 @@ impl State {
         self.with(PERIOD_CLAIMED)
     }
 
+    /// Armed for `deadline` by `schedule`/`reschedule`: a `work()`'s period follows its
+    /// arms, so its arm also takes the claim on the period, to store its delay and
+    /// release it after the CAS (see the ground rules).
+    #[inline]
+    pub(crate) fn armed_by_an_arm(self, deadline: u64) -> State {
+        let new = self.armed(deadline);
+        if self.period_follows_arms() {
+            new.with_period_claim()
+        } else {
+            new
+        }
+    }
+
     /// With the claim on the period released.
     pub(crate) fn without_period_claim(self) -> State {
         self.without(PERIOD_CLAIMED)
