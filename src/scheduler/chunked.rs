@@ -198,146 +198,104 @@ unsafe fn run_one_erased<E>(job: *const ()) -> bool {
     job.run_one_chunk(End::Back)
 }
 
-impl Scheduler {
-    /// The caller's share of the chunks. A caller that is one of this scheduler's own
-    /// workers is maintenance work itself: like the helpers, it backs off between chunks
-    /// while every CPU is busy, unless a flusher lent it priority.
-    fn run_caller_chunks<E>(&self, job: &Job<'_, E>) {
-        if !(self.backs_off() && crate::scheduler::worker::is_worker_of(self.shared())) {
-            job.run_chunks(End::Front);
-            return;
+/// The caller's share of the chunks. A caller that is one of this scheduler's own
+/// workers is maintenance work itself: like the helpers, it backs off between chunks
+/// while every CPU is busy, unless a flusher lent it priority.
+fn run_caller_chunks<E>(sched: &Scheduler, job: &Job<'_, E>) {
+    if !(sched.backs_off() && crate::scheduler::worker::is_worker_of(sched.shared())) {
+        job.run_chunks(End::Front);
+        return;
+    }
+    let tid = crate::priority::current_tid();
+    let mut backoff = Backoff::new(true);
+    while job.run_one_chunk(End::Front) {
+        if sched.shared().is_lent_to(tid) {
+            continue;
         }
-        let tid = crate::priority::current_tid();
-        let mut backoff = Backoff::new(true);
-        while job.run_one_chunk(End::Front) {
-            if self.shared().is_lent_to(tid) {
-                continue;
-            }
-            let delay = backoff.after_yield();
-            if delay > 0 {
-                std::thread::sleep(Duration::from_nanos(delay));
-            }
+        let delay = backoff.after_yield();
+        if delay > 0 {
+            std::thread::sleep(Duration::from_nanos(delay));
         }
     }
+}
 
-    /// Runs `f` over `range` in chunks, on the calling thread and on up to
-    /// [`workers`](Self::workers) helpers at the scheduler's priority (padata's
-    /// multithreaded jobs, ktask). `f` may borrow from the caller's stack.
-    ///
-    /// - Chunks are at least `min_chunk` long (0 counts as 1), and about four per thread
-    ///   for load balance; every index of `range` is passed to `f` exactly once unless
-    ///   the job stops early.
-    /// - The caller runs chunks at its own priority; when none are left it lends its
-    ///   priority to the helpers still running, as [`Work::flush`] does.
-    /// - An empty range returns `Ok(())` at once; a range no longer than `min_chunk` runs
-    ///   inline on the caller, and so does every job on a manual scheduler.
-    /// - Called from inside a work of this scheduler it never deadlocks: chunks no free
-    ///   worker takes run on the caller (with `workers(1)`, all of them).
-    ///
-    /// # Errors
-    ///
-    /// The first `Err` returned by `f` stops handing out chunks; `run_chunked` returns it
-    /// after the chunks in flight have ended.
-    ///
-    /// # Panics
-    ///
-    /// If `f` panics, no more chunks are handed out and the panic is resumed on the
-    /// caller once every helper has stopped (a helper never unwinds).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::sync::atomic::{AtomicU64, Ordering};
-    /// use nicework::Scheduler;
-    ///
-    /// let sched = Scheduler::builder().workers(2).build()?;
-    /// let data: Vec<u64> = (0..100_000).collect();
-    /// let sum = AtomicU64::new(0);
-    /// sched.run_chunked(0..data.len(), 1_000, |range| {
-    ///     sum.fetch_add(data[range].iter().sum::<u64>(), Ordering::Relaxed);
-    ///     Ok::<(), ()>(())
-    /// }).unwrap();
-    /// assert_eq!(sum.into_inner(), 100_000 * 99_999 / 2);
-    ///
-    /// let failed = sched.run_chunked(0..100, 1, |range| {
-    ///     if range.contains(&42) { Err("bad element") } else { Ok(()) }
-    /// });
-    /// assert_eq!(failed, Err("bad element"));
-    /// # Ok::<(), nicework::Error>(())
-    /// ```
-    pub fn run_chunked<E, F>(&self, range: Range<usize>, min_chunk: usize, f: F) -> Result<(), E>
-    where
-        F: Fn(Range<usize>) -> Result<(), E> + Sync,
-        E: Send,
-    {
-        if range.is_empty() {
-            return Ok(());
-        }
-        let len = range.end - range.start;
-        let min_chunk = min_chunk.max(1);
-        let threads = self.workers() + 1;
-        let chunk = (len / (threads * CHUNKS_PER_THREAD)).max(min_chunk);
-        let chunks = len.div_ceil(chunk);
-        // At most about 4 per thread (or `len` < 4 × threads when that is smaller).
-        debug_assert!(chunks <= u32::MAX as usize);
-        let job = Job {
-            start: range.start,
-            end: range.end,
-            chunk,
-            unclaimed: AtomicU64::new(chunks as u64),
-            stop: AtomicBool::new(false),
-            error: Mutex::new(None),
-            panic: Mutex::new(None),
-            f: &f,
-        };
-        let helpers = self.workers().min(chunks - 1);
-        if helpers > 0 {
-            let caller_frames = frames::snapshot();
-            let erased = ErasedJob {
-                job: (&job as *const Job<'_, E>).cast(),
-                run_one_chunk: run_one_erased::<E>,
-                caller_frames: caller_frames.as_slice(),
-            };
-            let works: Vec<Work> = (0..helpers)
-                .map(|_| {
-                    let work = self
-                        .work(move |_| {
-                            let erased = erased;
-                            // SAFETY: the frames live as long as the job, and their works
-                            // keep running until every helper's run ended (see below).
-                            let on_behalf =
-                                unsafe { frames::Frame::on_behalf(&*erased.caller_frames) };
-                            let _entered = on_behalf.enter();
-                            // SAFETY: the job lives until every helper work was flushed
-                            // and dropped below with `drop_waiting`, which returns only
-                            // once the helper's run ended, and a dropped work never runs
-                            // again.
-                            if unsafe { (erased.run_one_chunk)(erased.job) } {
-                                // One chunk per run: between chunks the worker backs off
-                                // while every CPU is busy.
-                                Next::Yield
-                            } else {
-                                Next::Park
-                            }
-                        })
-                        .named("nicework.run_chunked");
-                    work.schedule(Duration::ZERO);
-                    work
-                })
-                .collect();
-            self.run_caller_chunks(&job);
-            for work in &works {
-                work.flush();
-            }
-            // cancel_sync + the closure freed: no helper can reach `job` after this. The
-            // wait is unconditional (memory safety rests on it); no wait cycle can pass
-            // through it, since every helper runs on behalf of our frames.
-            for work in works {
-                work.drop_waiting();
-            }
-        } else {
-            job.run_chunks(End::Front);
-        }
-        job.finish()
+/// [`Scheduler::run_chunked`]: the job, its helpers and the caller's share.
+pub(crate) fn run_chunked<E, F>(
+    sched: &Scheduler,
+    range: Range<usize>,
+    min_chunk: usize,
+    f: F,
+) -> Result<(), E>
+where
+    F: Fn(Range<usize>) -> Result<(), E> + Sync,
+    E: Send,
+{
+    if range.is_empty() {
+        return Ok(());
     }
+    let len = range.end - range.start;
+    let min_chunk = min_chunk.max(1);
+    let threads = sched.workers() + 1;
+    let chunk = (len / (threads * CHUNKS_PER_THREAD)).max(min_chunk);
+    let chunks = len.div_ceil(chunk);
+    // At most about 4 per thread (or `len` < 4 × threads when that is smaller).
+    debug_assert!(chunks <= u32::MAX as usize);
+    let job = Job {
+        start: range.start,
+        end: range.end,
+        chunk,
+        unclaimed: AtomicU64::new(chunks as u64),
+        stop: AtomicBool::new(false),
+        error: Mutex::new(None),
+        panic: Mutex::new(None),
+        f: &f,
+    };
+    let helpers = sched.workers().min(chunks - 1);
+    if helpers > 0 {
+        let caller_frames = frames::snapshot();
+        let erased = ErasedJob {
+            job: (&job as *const Job<'_, E>).cast(),
+            run_one_chunk: run_one_erased::<E>,
+            caller_frames: caller_frames.as_slice(),
+        };
+        let works: Vec<Work> = (0..helpers)
+            .map(|_| {
+                let work = sched
+                    .work(move |_| {
+                        let erased = erased;
+                        // SAFETY: the frames live as long as the job, and their works
+                        // keep running until every helper's run ended (see below).
+                        let on_behalf = unsafe { frames::Frame::on_behalf(&*erased.caller_frames) };
+                        let _entered = on_behalf.enter();
+                        // SAFETY: the job lives until every helper work was flushed
+                        // and dropped below with `drop_waiting`, which returns only
+                        // once the helper's run ended, and a dropped work never runs
+                        // again.
+                        if unsafe { (erased.run_one_chunk)(erased.job) } {
+                            // One chunk per run: between chunks the worker backs off
+                            // while every CPU is busy.
+                            Next::Yield
+                        } else {
+                            Next::Park
+                        }
+                    })
+                    .named("nicework.run_chunked");
+                work.schedule(Duration::ZERO);
+                work
+            })
+            .collect();
+        run_caller_chunks(sched, &job);
+        for work in &works {
+            work.flush();
+        }
+        // cancel_sync + the closure freed: no helper can reach `job` after this. The
+        // wait is unconditional (memory safety rests on it); no wait cycle can pass
+        // through it, since every helper runs on behalf of our frames.
+        for work in works {
+            work.drop_waiting();
+        }
+    } else {
+        job.run_chunks(End::Front);
+    }
+    job.finish()
 }

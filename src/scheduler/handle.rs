@@ -10,14 +10,18 @@
 //! wakes and joins the workers (waiting for runs in progress to finish). Works outlive it
 //! as inert handles: their arming calls return `false` from then on.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock::nanos;
 use crate::scheduler::builder::Builder;
+use crate::scheduler::chunked;
 use crate::scheduler::metrics::Metrics;
 use crate::scheduler::shared::Shared;
 
-use crate::scheduler::{Ctx, Next, Work};
+use crate::scheduler::work::object;
+use crate::scheduler::{Ctx, Next, ObjectRef, Work, WorkInfo};
 use crate::sync::{Ordering, lock_std};
 use crate::{Error, Priority};
 
@@ -256,6 +260,160 @@ impl Scheduler {
         work
     }
 
+    /// Creates an idle timeout: a work armed for now + `idle` that every
+    /// [`touch`](Work::touch) postpones to touch + `idle`. Its period (for
+    /// [`Next::Again`]) is `idle`. See "Idle timeout vs periodic maintenance" in the [crate docs](crate):
+    /// activity postpones a timeout work, where it wakes a parked [`every`](Self::every)
+    /// work.
+    ///
+    /// `idle` follows the rules of every delay: zero is due at the next opportunity (its
+    /// re-arms round up to the slack), and a huge one saturates (never due).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let reaper = sched.timeout(Duration::from_secs(10), |_| Next::Park);
+    /// sched.advance(Duration::from_secs(9));
+    /// reaper.touch(); // active at 9 s: now due at 19 s
+    /// sched.advance(Duration::from_secs(9));
+    /// assert_eq!(reaper.stats().runs, 0); // the early fire at 10 s re-armed it
+    /// sched.advance(Duration::from_secs(1));
+    /// assert_eq!(reaper.stats().runs, 1);
+    /// ```
+    pub fn timeout<F>(&self, idle: Duration, f: F) -> Work
+    where
+        F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        let work = Work::new_timeout(self, f, nanos(idle));
+        self.shared().arm_new(work.inner(), idle);
+        work
+    }
+
+    /// An unarmed work for an object, like [`work`](Self::work): the closure reaches the
+    /// object through a `Weak` and the work stops once the object is gone (see
+    /// [`ObjectRef`] for the two ways to pass it).
+    ///
+    /// Inside `Arc::new_cyclic` the object does not exist yet: a run that comes before
+    /// the constructor returns calls nothing and re-arms for the work's period (at least
+    /// 10 ms), so a slow constructor never stops the work. The work stops only once the
+    /// object has been alive (at creation or at a run) and is gone. The same holds for
+    /// [`every_for`](Self::every_for) and [`timeout_for`](Self::timeout_for).
+    ///
+    /// # Examples
+    ///
+    /// An object that owns its work, built in one step with `Arc::new_cyclic`:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::{Arc, Weak};
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler, Work};
+    ///
+    /// struct Cache {
+    ///     purges: AtomicU32,
+    ///     purge: Work,
+    /// }
+    ///
+    /// let sched = Scheduler::manual();
+    /// let cache = Arc::new_cyclic(|me: &Weak<Cache>| Cache {
+    ///     purges: AtomicU32::new(0),
+    ///     purge: sched.work_for(me, |cache: &Cache, _| {
+    ///         cache.purges.fetch_add(1, Ordering::Relaxed);
+    ///         Next::Park
+    ///     }),
+    /// });
+    /// cache.purge.schedule(Duration::from_millis(5));
+    /// sched.advance(Duration::from_millis(5));
+    /// assert_eq!(cache.purges.load(Ordering::Relaxed), 1);
+    /// drop(cache); // drops its work too: nothing leaks, nothing runs again
+    /// ```
+    pub fn work_for<T, F>(&self, object: &impl ObjectRef<T>, f: F) -> Work
+    where
+        T: Send + Sync + 'static,
+        F: FnMut(&T, &mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        self.work(object::for_object(object.to_weak(), f))
+    }
+
+    /// A periodic work for an object, like [`every`](Self::every): the closure reaches
+    /// the object through a `Weak` and the work stops once the object is gone. If the
+    /// last `Arc` drops during a run, the object, and with it the work, is dropped on the
+    /// running thread after the callback returns.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let counter = Arc::new(AtomicU32::new(0));
+    /// let work = sched.every_for(&counter, Duration::from_millis(10), |c, _| {
+    ///     c.fetch_add(1, Ordering::Relaxed);
+    ///     Next::Again
+    /// });
+    /// sched.advance(Duration::from_millis(20));
+    /// assert_eq!(counter.load(Ordering::Relaxed), 2);
+    /// drop(counter);
+    /// sched.advance(Duration::from_millis(10));
+    /// assert!(!work.is_pending()); // the object is gone: the work stopped itself
+    /// ```
+    pub fn every_for<T, F>(&self, object: &impl ObjectRef<T>, period: Duration, f: F) -> Work
+    where
+        T: Send + Sync + 'static,
+        F: FnMut(&T, &mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        self.every(period, object::for_object(object.to_weak(), f))
+    }
+
+    /// An idle timeout for an object, like [`timeout`](Self::timeout): the closure
+    /// reaches the object through a `Weak` and the work stops once the object is gone.
+    ///
+    /// # Examples
+    ///
+    /// A connection that owns its reaper:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::{Arc, Weak};
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler, Work};
+    ///
+    /// struct Conn {
+    ///     closed: AtomicBool,
+    ///     reaper: Work,
+    /// }
+    ///
+    /// let sched = Scheduler::manual();
+    /// let idle = Duration::from_secs(30);
+    /// let conn = Arc::new_cyclic(|me: &Weak<Conn>| Conn {
+    ///     closed: AtomicBool::new(false),
+    ///     reaper: sched.timeout_for(me, idle, |conn: &Conn, _| {
+    ///         conn.closed.store(true, Ordering::Relaxed);
+    ///         Next::Park
+    ///     }),
+    /// });
+    /// sched.advance(Duration::from_secs(20));
+    /// conn.reaper.touch(); // used: the reaper is postponed to 20 s + 30 s
+    /// sched.advance(Duration::from_secs(29));
+    /// assert!(!conn.closed.load(Ordering::Relaxed));
+    /// sched.advance(Duration::from_secs(1));
+    /// assert!(conn.closed.load(Ordering::Relaxed));
+    /// ```
+    pub fn timeout_for<T, F>(&self, object: &impl ObjectRef<T>, idle: Duration, f: F) -> Work
+    where
+        T: Send + Sync + 'static,
+        F: FnMut(&T, &mut Ctx<'_>) -> Next + Send + 'static,
+    {
+        self.timeout(idle, object::for_object(object.to_weak(), f))
+    }
+
     /// Manual schedulers only: moves virtual time forward by `by` and runs every work that
     /// comes due, on the calling thread, each at its own deadline and in deadline order. A
     /// work re-armed with `Again` from a run at `t` is due at `t + period` and runs in the
@@ -353,6 +511,94 @@ impl Scheduler {
     /// The coalescing window (after clamping).
     pub fn slack(&self) -> Duration {
         Duration::from_nanos(self.shared().config.slack_ns)
+    }
+
+    /// Calls `f` with every live work of this scheduler: each work made by it whose life
+    /// has not ended (its handle is alive, or it is detached and not yet done). A work
+    /// made or ended while this runs may be seen or not.
+    ///
+    /// It costs time in proportion to the live works: one short lock to take a
+    /// reference to each (which holds up the scheduler's work creations and drops for
+    /// that long, and allocates a word per work), then `f` for each, with no lock held.
+    /// So `f` may use the scheduler freely, even make or drop works. A panic in `f`
+    /// propagates to the caller, and leaves the scheduler as it was.
+    ///
+    /// In a `fork()`ed child the copy of a parent's scheduler lists nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let a = sched.every(Duration::from_secs(1), |_| Next::Again).named("a");
+    /// let b = sched.work(|_| Next::Park).named("b");
+    /// let mut seen = Vec::new();
+    /// sched.works(|w| seen.push(w.name.to_string()));
+    /// seen.sort();
+    /// assert_eq!(seen, ["a", "b"]);
+    /// drop(b);
+    /// let mut armed = 0;
+    /// sched.works(|w| armed += usize::from(w.deadline.is_some()));
+    /// assert_eq!(armed, 1);
+    /// # drop(a);
+    /// ```
+    pub fn works(&self, f: impl FnMut(&WorkInfo<'_>)) {
+        self.shared().visit_works(f);
+    }
+
+    /// Runs `f` over `range` in chunks, on the calling thread and on up to
+    /// [`workers`](Self::workers) helpers at the scheduler's priority (padata's
+    /// multithreaded jobs, ktask). `f` may borrow from the caller's stack.
+    ///
+    /// - Chunks are at least `min_chunk` long (0 counts as 1), and about four per thread
+    ///   for load balance; every index of `range` is passed to `f` exactly once unless
+    ///   the job stops early.
+    /// - The caller runs chunks at its own priority; when none are left it lends its
+    ///   priority to the helpers still running, as [`Work::flush`] does.
+    /// - An empty range returns `Ok(())` at once; a range no longer than `min_chunk` runs
+    ///   inline on the caller, and so does every job on a manual scheduler.
+    /// - Called from inside a work of this scheduler it never deadlocks: chunks no free
+    ///   worker takes run on the caller (with `workers(1)`, all of them).
+    ///
+    /// # Errors
+    ///
+    /// The first `Err` returned by `f` stops handing out chunks; `run_chunked` returns it
+    /// after the chunks in flight have ended.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, no more chunks are handed out and the panic is resumed on the
+    /// caller once every helper has stopped (a helper never unwinds).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use nicework::Scheduler;
+    ///
+    /// let sched = Scheduler::builder().workers(2).build()?;
+    /// let data: Vec<u64> = (0..100_000).collect();
+    /// let sum = AtomicU64::new(0);
+    /// sched.run_chunked(0..data.len(), 1_000, |range| {
+    ///     sum.fetch_add(data[range].iter().sum::<u64>(), Ordering::Relaxed);
+    ///     Ok::<(), ()>(())
+    /// }).unwrap();
+    /// assert_eq!(sum.into_inner(), 100_000 * 99_999 / 2);
+    ///
+    /// let failed = sched.run_chunked(0..100, 1, |range| {
+    ///     if range.contains(&42) { Err("bad element") } else { Ok(()) }
+    /// });
+    /// assert_eq!(failed, Err("bad element"));
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn run_chunked<E, F>(&self, range: Range<usize>, min_chunk: usize, f: F) -> Result<(), E>
+    where
+        F: Fn(Range<usize>) -> Result<(), E> + Sync,
+        E: Send,
+    {
+        chunked::run_chunked(self, range, min_chunk, f)
     }
 
     /// A snapshot of the scheduler's diagnostics: armed works, worker wakeups, deferred

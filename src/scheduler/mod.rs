@@ -1,7 +1,9 @@
 //! The scheduler: its handle, builder, worker loop and hosted driver, `global()`, its
 //! diagnostics, and the state it shares with its works and workers.
 //!
-//! - [`handle`]: [`Scheduler`], the owning handle (and the non-owning one callbacks see).
+//! - [`handle`]: [`Scheduler`], the owning handle (and the non-owning one callbacks see):
+//!   every public method of `Scheduler` is there, a thin wrapper where the logic lives
+//!   in another file.
 //! - [`builder`]: [`Builder`] and the limits it enforces.
 //! - [`shared`]: `Shared`, the state one scheduler shares with its works and workers:
 //!   the core lock and what it guards, the commit of an arm under it, the timer, and
@@ -27,7 +29,7 @@
 
 pub(crate) mod backoff;
 pub(crate) mod builder;
-mod chunked;
+pub(crate) mod chunked;
 mod driver;
 mod global;
 pub(crate) mod handle;

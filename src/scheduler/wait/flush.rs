@@ -1,8 +1,9 @@
 //! `flush`: run a pending work now on the caller, or wait for a running one (lending the
 //! caller's priority to its worker where the process may), taking over `Yield`
 //! increments; `try_flush`, the same without ever waiting (a running work is left to its
-//! runner); the `Work` methods that call them; and the wait for the end of a run in
-//! progress, which `cancel_sync`, drop and `flush` share.
+//! runner); and the wait for the end of a run in
+//! progress, which `cancel_sync`, drop and `flush` share. [`Work::flush`](crate::Work::flush)
+//! and [`Work::try_flush`](crate::Work::try_flush) are the thin wrappers in `work::handle`.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::scheduler::shared::{CoreGuard, Shared};
 use crate::scheduler::wait::{cycles as waits, frames};
 use crate::scheduler::work::run::{Executed, Taken, leave_forked_child};
 
-use crate::scheduler::{Work, WorkRef};
+use crate::scheduler::WorkRef;
 use crate::sync::load_ordered_after_seqcst_writes;
 
 /// Whether a flush may wait for a run in progress (`flush`) or never does (`try_flush`).
@@ -155,80 +156,5 @@ impl Shared {
             failure.log();
         }
         flushed
-    }
-}
-
-impl Work {
-    /// Makes the work's current instance finish now, lending the caller's priority to it
-    /// (the kernel's `flush_work_at_nice`). Returns `true` if it ran or waited for an
-    /// instance, `false` if the work was idle.
-    ///
-    /// - **Pending, not started:** it runs now on the calling thread, at the caller's
-    ///   priority, and `flush` returns when it finished.
-    /// - **Running on a worker:** `flush` waits for that run. Where the process may raise
-    ///   the worker ([`Scheduler::raise_limit`](crate::Scheduler::raise_limit) is `Some`: `CAP_SYS_NICE` or
-    ///   `RLIMIT_NICE`) the worker is raised to the caller's nice (at most to the limit)
-    ///   for the rest of that run and puts itself back afterwards. Without that right it
-    ///   only waits: the library never lowers a thread it could not raise back.
-    /// - **Incremental:** a work that returns [`Next::Yield`](crate::Next::Yield) is taken over: the flusher
-    ///   runs the remaining increments itself, so a long cleanup never crawls at nice 19
-    ///   while someone waits for it. The instance ends when an increment returns anything
-    ///   but `Yield`; a work that yields for ever (a poller) never ends one, so its flush
-    ///   returns only once it is cancelled or disabled from another thread. Poll with
-    ///   `Again`/`After` instead.
-    ///
-    /// [`Scheduler::metrics`](crate::Scheduler::metrics) counts which of these happened (`lending`).
-    ///
-    /// Called from inside the work's own callback it returns `false` and changes nothing;
-    /// so does a flush whose wait would close a cycle of callbacks waiting for each other
-    /// (see [Waiting from inside callbacks](Self#waiting-from-inside-callbacks)).
-    /// Instances armed by `Again`/`After` during the flush are not waited for: a
-    /// self-re-arming work would otherwise never let `flush` return.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{Next, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let work = sched.every(Duration::from_secs(3600), |_| Next::Park);
-    /// assert!(work.flush()); // ran now, on this thread
-    /// assert_eq!(work.stats().runs, 1);
-    /// assert!(!work.flush()); // parked: nothing to flush
-    /// ```
-    pub fn flush(&self) -> bool {
-        self.shared().flush(self.inner(), Waiting::Wait)
-    }
-
-    /// Helps without waiting: a pending work runs now on the caller, as
-    /// [`flush`](Self::flush) runs it (with the increments of a `Next::Yield` work, for as
-    /// long as no worker holds one), and `true` is returned; a work that is running
-    /// anywhere, or idle, returns `false` at once. It never waits for any state, on any
-    /// thread: it only takes the scheduler's lock, which nothing holds across a callback.
-    ///
-    /// This is what a writer that finds a full write log calls (moka's pattern): if the
-    /// drain is due, the writer runs it at its own priority instead of waiting for a
-    /// nice-19 worker; if the worker is draining already, the writer goes on. A reader
-    /// that must never block can call it too.
-    ///
-    /// `false` also from inside the work's own callback, after shutdown, and in a
-    /// `fork()`ed child.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{Next, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let drain = sched.work(|_| Next::Park);
-    /// assert!(!drain.try_flush()); // idle: nothing to help with
-    /// drain.schedule(Duration::from_secs(1));
-    /// assert!(drain.try_flush()); // pending: ran here, now
-    /// assert_eq!(drain.stats().runs, 1);
-    /// ```
-    pub fn try_flush(&self) -> bool {
-        self.shared().flush(self.inner(), Waiting::Never)
     }
 }

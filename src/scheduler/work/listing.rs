@@ -1,4 +1,4 @@
-//! The list of a scheduler's live works, for [`Scheduler::works`].
+//! The list of a scheduler's live works, for [`Scheduler::works`](crate::Scheduler::works).
 //!
 //! # Membership
 //!
@@ -34,7 +34,6 @@ use std::ptr::NonNull;
 use std::time::Instant;
 
 use super::{Header, WorkRef, WorkStats};
-use crate::scheduler::Scheduler;
 use crate::scheduler::shared::Shared;
 
 use crate::sync::lock_std;
@@ -140,7 +139,7 @@ impl Registry {
 }
 
 // === `impl Shared`, this file's part: listing and unlisting works, and the list
-// `Scheduler::works` reads. ===
+// `Scheduler::works` shows. ===
 impl Shared {
     /// Lists a work that was just made (see the module docs).
     pub(crate) fn register(&self, work: &WorkRef) {
@@ -179,9 +178,25 @@ impl Shared {
         registry.each(|header| works.push(unsafe { WorkRef::clone_from_raw(header) }));
         works
     }
+
+    /// Calls `f` with a [`WorkInfo`] of every listed work, with no lock held (see
+    /// [`Scheduler::works`](crate::Scheduler::works)).
+    pub(crate) fn visit_works(&self, mut f: impl FnMut(&WorkInfo<'_>)) {
+        for work in self.live_works() {
+            let state = work.header().state.load();
+            let info = WorkInfo {
+                name: work.name(),
+                stats: self.stats_of(&work),
+                deadline: self.deadline_of(&work),
+                running: state.is_running(),
+                poisoned: state.is_poisoned(),
+            };
+            f(&info);
+        }
+    }
 }
 
-/// One live work, as [`Scheduler::works`] shows it.
+/// One live work, as [`Scheduler::works`](crate::Scheduler::works) shows it.
 ///
 /// # Examples
 ///
@@ -208,52 +223,4 @@ pub struct WorkInfo<'a> {
     pub running: bool,
     /// Whether its callback panicked (it never runs again).
     pub poisoned: bool,
-}
-
-impl Scheduler {
-    /// Calls `f` with every live work of this scheduler: each work made by it whose life
-    /// has not ended (its handle is alive, or it is detached and not yet done). A work
-    /// made or ended while this runs may be seen or not.
-    ///
-    /// It costs time in proportion to the live works: one short lock to take a
-    /// reference to each (which holds up the scheduler's work creations and drops for
-    /// that long, and allocates a word per work), then `f` for each, with no lock held.
-    /// So `f` may use the scheduler freely, even make or drop works. A panic in `f`
-    /// propagates to the caller, and leaves the scheduler as it was.
-    ///
-    /// In a `fork()`ed child the copy of a parent's scheduler lists nothing.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{Next, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let a = sched.every(Duration::from_secs(1), |_| Next::Again).named("a");
-    /// let b = sched.work(|_| Next::Park).named("b");
-    /// let mut seen = Vec::new();
-    /// sched.works(|w| seen.push(w.name.to_string()));
-    /// seen.sort();
-    /// assert_eq!(seen, ["a", "b"]);
-    /// drop(b);
-    /// let mut armed = 0;
-    /// sched.works(|w| armed += usize::from(w.deadline.is_some()));
-    /// assert_eq!(armed, 1);
-    /// # drop(a);
-    /// ```
-    pub fn works(&self, mut f: impl FnMut(&WorkInfo<'_>)) {
-        let shared = self.shared();
-        for work in shared.live_works() {
-            let state = work.header().state.load();
-            let info = WorkInfo {
-                name: work.name(),
-                stats: shared.stats_of(&work),
-                deadline: shared.deadline_of(&work),
-                running: state.is_running(),
-                poisoned: state.is_poisoned(),
-            };
-            f(&info);
-        }
-    }
 }

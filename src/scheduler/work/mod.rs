@@ -1,6 +1,7 @@
 //! A work's whole life, one concept a file:
 //!
-//! - [`handle`]: [`Work`], the owning handle, and what each call promises.
+//! - [`handle`]: [`Work`], the owning handle, and what each call promises: every public
+//!   method of `Work` is there, a thin wrapper where the logic lives in another file.
 //! - [`allocation`]: the heap half of a work: its [`Header`] (state word, period, stats)
 //!   and its closure, who may call or drop the closure, and [`WorkRef`], the one-word
 //!   counted reference every path shares a work through.
@@ -8,7 +9,7 @@
 //! - [`arming`]: `schedule`, `reschedule`, `schedule_within`, a periodic work's
 //!   `touch`, `detach`: lock-free where the live timer entry serves, else under the lock.
 //! - [`cancel`]: `cancel`, `cancel_sync` and the handle's drop, `disable`/`enable`.
-//! - [`timeout`]: idle timeouts: the constructor, the lock-free touch, when a touched
+//! - [`timeout`]: idle timeouts: the lock-free touch, when a touched
 //!   work is due, and which of them stamp with the touch tick (`clock::touch_tick`).
 //! - [`run`]: a run's lifecycle: take, execute (unlocked, contained), complete; manual
 //!   time's `advance`.
@@ -18,7 +19,8 @@
 //! - [`ctx`]: [`Ctx`] and [`Next`], what a callback sees and returns.
 //! - [`names`]: the table of custom names.
 //! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`.
-//! - [`object`]: per-object works (`work_for`, `every_for`, `timeout_for`).
+//! - [`object`]: per-object works: the closure behind `work_for`, `every_for` and
+//!   `timeout_for`, and [`ObjectRef`].
 //!
 //! `arming`, `cancel`, `run`, `timeout`, `listing` and `stats` each add
 //! their part to `impl Shared` (see `shared`), under a banner that says what it adds.

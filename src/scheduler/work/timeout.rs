@@ -2,11 +2,11 @@
 //!
 //! # Idle timeout vs periodic maintenance
 //!
-//! - [`every`](Scheduler::every) is periodic maintenance: *activity wakes* a parked work
+//! - [`every`](crate::Scheduler::every) is periodic maintenance: *activity wakes* a parked work
 //!   (`touch()` arms it for its period) and the callback decides whether to re-arm. Use it
 //!   for a purge, a compaction, a flush of dirty state: work to do *because* something
 //!   happened.
-//! - [`timeout`](Scheduler::timeout) is an idle timeout: *activity postpones* the run.
+//! - [`timeout`](crate::Scheduler::timeout) is an idle timeout: *activity postpones* the run.
 //!   Use it to close a connection, drop a session or evict an entry once it has been left
 //!   alone: work to do because *nothing* happened.
 //!
@@ -43,50 +43,11 @@
 //! late (1/16 of the shortest such idle, more while the workers are starved) and never
 //! early. Shorter idles, and every idle on a manual scheduler, read the full clock.
 
-use std::time::Duration;
-
 use super::WorkRef;
-use crate::clock::nanos;
 use crate::clock::touch_tick::TICK_MIN_IDLE_NS;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::state::units_ceil;
-use crate::scheduler::{Ctx, Next, Scheduler, Work};
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
-
-impl Scheduler {
-    /// Creates an idle timeout: a work armed for now + `idle` that every
-    /// [`touch`](Work::touch) postpones to touch + `idle`. Its period (for
-    /// [`Next::Again`]) is `idle`. See "Idle timeout vs periodic maintenance" in the [crate docs](crate):
-    /// activity postpones a timeout work, where it wakes a parked [`every`](Self::every)
-    /// work.
-    ///
-    /// `idle` follows the rules of every delay: zero is due at the next opportunity (its
-    /// re-arms round up to the slack), and a huge one saturates (never due).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{Next, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let reaper = sched.timeout(Duration::from_secs(10), |_| Next::Park);
-    /// sched.advance(Duration::from_secs(9));
-    /// reaper.touch(); // active at 9 s: now due at 19 s
-    /// sched.advance(Duration::from_secs(9));
-    /// assert_eq!(reaper.stats().runs, 0); // the early fire at 10 s re-armed it
-    /// sched.advance(Duration::from_secs(1));
-    /// assert_eq!(reaper.stats().runs, 1);
-    /// ```
-    pub fn timeout<F>(&self, idle: Duration, f: F) -> Work
-    where
-        F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
-    {
-        let work = Work::new_timeout(self, f, nanos(idle));
-        self.shared().arm_new(work.inner(), idle);
-        work
-    }
-}
 
 /// A timeout work's touch stamp (the time of its latest touch + 1, or 0 if never
 /// touched): the high bit says it is recorded with the full clock.
