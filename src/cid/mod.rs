@@ -66,11 +66,13 @@
 //! exit-hook half is `registry.rs`.
 
 mod barrier;
+mod handle;
 mod ids;
 mod owner;
 mod percid;
 mod pin;
 mod reader;
+mod record;
 mod registry;
 mod slots;
 mod space;
@@ -88,5 +90,5 @@ pub(crate) fn uses_membarrier() -> bool {
 pub(crate) fn run_thread_exit_hook_now() {
     registry::run_exit_hook_now();
 }
+pub use handle::{IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};
 pub use pin::Cid;
-pub use space::{IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};

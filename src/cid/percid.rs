@@ -37,7 +37,7 @@
 
 use std::sync::Arc;
 
-use super::IdSpace;
+use super::handle::IdSpace;
 use super::owner::Borrow;
 use super::reader::{Gate, thread_tag};
 use super::registry;

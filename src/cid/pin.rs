@@ -126,96 +126,14 @@
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::barrier;
+use super::record::{ENTERED_ONE, MOVE, NO_ID, ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
 use super::registry::{cached_fast, late_orphan, record, take_orphan};
 use super::slots::SlotCache;
 use super::space::{SpaceInner, SpaceState};
-use crate::sync::{AtomicUsize, Ordering, lock};
-
-/// `ThreadRec::cid` when the thread owns no id.
-pub(crate) const NO_ID: usize = usize::MAX;
-
-/// Set in `ThreadRec::cid`, over the owned id, by whoever makes the space's `held` count
-/// shrink below that id (under the space lock, `SpaceInner::publish`): the thread must
-/// move to the lowest free id at its next `enter()`. `enter()`'s fast path uses `cid` only
-/// when it is below `MOVE`, so `NO_ID` and marked ids both take the locked slow path,
-/// which strips the mark. Ids never reach it (each one is a bit of a bitmap in memory).
-pub(crate) const MOVE: usize = 1 << (usize::BITS - 1);
-
-// `ThreadRec::pin`, one word that only its thread writes, with plain stores (a load, then a
-// store): the low half is the guard nesting depth (in `PIN_ONE`s) and the `ORPHANED` flag,
-// the high half counts the thread's first-level `enter()`s (wrapping), so the scan can tell
-// whether the thread entered since it last looked without writing the word.
-
-/// Set in `ThreadRec::pin` by the thread's exit hook when guards still pin the record (they
-/// live in thread-locals destroyed after the hook). The depth bits stay the nesting depth,
-/// so the record stays pinned for the scan, and the drop of the last guard, which leaves
-/// exactly `ORPHANED` in the low half, releases the id and frees the record.
-pub(crate) const ORPHANED: usize = 1;
-
-/// One guard in `ThreadRec::pin`'s depth bits.
-pub(crate) const PIN_ONE: usize = 2;
-
-/// `ThreadRec::pin`'s low half: `ORPHANED` and the depth. Nesting that would carry out of
-/// it panics (`enter_nested`), as `Rc` aborts on a count overflow.
-pub(crate) const PINS: usize = (1 << (usize::BITS / 2)) - 1;
-
-/// One first-level `enter()` in `ThreadRec::pin`'s high half.
-pub(crate) const ENTERED_ONE: usize = PINS + 1;
-
-/// Whether a `pin` value pins the record: a live guard, or an orphan (whose last guard's
-/// drop frees the record, so it never reads unpinned to the scan).
-#[inline]
-pub(crate) fn pinned(pin: usize) -> bool {
-    pin & PINS != 0
-}
-
-/// One thread's membership of one space. Written by its thread (`pin`, `own`, and `cid` only
-/// under the space lock) and by the space's reclaimer (`cid` and `seen`, under the lock).
-#[derive(Debug)]
-pub(crate) struct ThreadRec {
-    /// A: the id this thread owns, or `NO_ID`; with `MOVE` set while the id is not below
-    /// the space's `held` count. Written by its thread under the space lock (`acquire`),
-    /// by the scan under the lock (revoke, give back) and by whoever shrinks `held` under
-    /// the lock (`publish` sets `MOVE`); read lock-free by the thread's `enter()`.
-    pub(crate) cid: AtomicUsize,
-    /// X (only its thread): the id the thread last took, set with `cid` by its `acquire`.
-    /// Only the thread reads or writes it. `cid` is always `NO_ID`, `own` or
-    /// `own | MOVE`: only `acquire` gives `cid` a new id; the scan revokes it (`NO_ID`)
-    /// and gives the same value back or frees the id; `publish` only sets `MOVE`. So
-    /// while the thread is pinned, `own` is its outermost guard's id, and a nested
-    /// `enter()` returns it: `cid` may read `NO_ID` then, between a scan's revoke and its
-    /// give-back, or carry `MOVE`.
-    pub(crate) own: AtomicUsize,
-    /// A: live guards on this thread (nesting depth, in `PIN_ONE`s), plus `ORPHANED` once
-    /// the thread's exit hook ran, in the low half (`PINS`); the number of first-level
-    /// `enter()`s in the high half (`ENTERED_ONE`s, wrapping). Only the thread writes it,
-    /// with plain stores (a load, then a store); the scan reads it.
-    pub(crate) pin: AtomicUsize,
-    /// S (only the scan, under the lock): `pin`'s high half when the scan last looked; the
-    /// thread entered since then if it moved (a heuristic for the reclaimer only).
-    pub(crate) seen: AtomicUsize,
-    /// X (only its thread): the thread's slot of one `PerCid` of this space, for `own`
-    /// (see `SlotCache`); `acquire` empties it.
-    pub(crate) slots: SlotCache,
-    /// I: the space this record belongs to.
-    pub(crate) space: Weak<SpaceInner>,
-}
-
-impl ThreadRec {
-    pub(crate) fn new(space: Weak<SpaceInner>) -> Self {
-        ThreadRec {
-            cid: AtomicUsize::new(NO_ID),
-            own: AtomicUsize::new(NO_ID),
-            pin: AtomicUsize::new(0),
-            seen: AtomicUsize::new(0),
-            slots: SlotCache::new(),
-            space,
-        }
-    }
-}
+use crate::sync::{Ordering, lock};
 
 // === the Cid guard ===
 

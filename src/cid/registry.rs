@@ -15,15 +15,24 @@
 
 use std::cell::{Cell, RefCell};
 use std::ptr::{self, NonNull};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::barrier;
-use super::pin::{ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
+use super::record::{ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
 use super::space::SpaceInner;
 use crate::sync::{Ordering, thread_local};
 
-/// Records by space serial number.
-type Records = Vec<(u64, Arc<ThreadRec>)>;
+/// One of the thread's records, with its space's serial number and a `Weak` to the space
+/// (which keeps the space's allocation, so its address, `LAST`'s key, stays unique while
+/// the record lives).
+struct Entry {
+    serial: u64,
+    space: Weak<SpaceInner>,
+    record: Arc<ThreadRec>,
+}
+
+/// The thread's records.
+type Records = Vec<Entry>;
 
 /// The thread's records. Its destructor is nicework's thread-exit hook.
 struct Registry {
@@ -51,8 +60,8 @@ fn exit_hook(records: &mut Records) {
     let _ = LAST.try_with(|last| last.set(NO_RECORD));
     let (mut orphans, unpinned): (Records, Records) = records
         .drain(..)
-        .partition(|(_, record)| pinned(record.pin.load(Ordering::Relaxed)));
-    for (_, record) in &orphans {
+        .partition(|entry| pinned(entry.record.pin.load(Ordering::Relaxed)));
+    for Entry { record, .. } in &orphans {
         let pin = record.pin.load(Ordering::Relaxed);
         // Relaxed: only this thread reads the bit; the scan only asks `pinned`.
         record.pin.store(pin | ORPHANED, Ordering::Relaxed);
@@ -66,8 +75,8 @@ fn exit_hook(records: &mut Records) {
         // free them under live guards; leak them, and their ids, instead.
         std::mem::forget(orphans);
     }
-    for (_, record) in unpinned {
-        if let Some(space) = record.space.upgrade() {
+    for Entry { space, record, .. } in unpinned {
+        if let Some(space) = space.upgrade() {
             space.release_thread(&record);
         }
     }
@@ -157,7 +166,7 @@ fn address(space: &SpaceInner) -> usize {
 }
 
 /// The key `LAST` caches `space`'s record under: the space's address, which no other space
-/// can have while the record lives (the record's `Weak` keeps the allocation), and `LAST`'s
+/// can have while the record lives (its registry entry's `Weak` keeps the allocation), and `LAST`'s
 /// record always lives. Bit 0 (an `Arc`'s contents are aligned) is set where membarrier is
 /// not registered, so that `cached_fast` misses and `enter()` takes the path whose light
 /// barrier reads the barrier mode (which never changes once a space exists).
@@ -193,8 +202,8 @@ fn find_or_register(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
 fn find(records: &Records, serial: u64) -> Option<NonNull<ThreadRec>> {
     records
         .iter()
-        .find(|(other, _)| *other == serial)
-        .map(|(_, record)| NonNull::from(&**record))
+        .find(|entry| entry.serial == serial)
+        .map(|entry| NonNull::from(&*entry.record))
 }
 
 fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> NonNull<ThreadRec> {
@@ -204,11 +213,15 @@ fn lookup_or_register(registry: &Registry, space: &Arc<SpaceInner>) -> NonNull<T
         None => {
             // Forget records of spaces that are gone, so long-lived threads do not collect
             // them. (None is pinned: a guard borrows its space.)
-            records.retain(|(_, record)| record.space.strong_count() > 0);
-            let record = Arc::new(ThreadRec::new(Arc::downgrade(space)));
+            records.retain(|entry| entry.space.strong_count() > 0);
+            let record = Arc::new(ThreadRec::new());
             space.add_thread(record.clone());
             let pointer = NonNull::from(&*record);
-            records.push((space.serial, record));
+            records.push(Entry {
+                serial: space.serial,
+                space: Arc::downgrade(space),
+                record,
+            });
             pointer
         }
     };
@@ -244,11 +257,15 @@ fn with_orphans<R>(f: impl FnOnce(&mut Records) -> R) -> Option<R> {
 /// `enter()`s find it and the guard's drop releases its id and frees it as for any orphan.
 /// `None` if the orphan list is unreachable (see `ORPHANS`).
 pub(crate) fn late_orphan(space: &Arc<SpaceInner>) -> Option<NonNull<ThreadRec>> {
-    let record = Arc::new(ThreadRec::new(Arc::downgrade(space)));
+    let record = Arc::new(ThreadRec::new());
     record.pin.store(ORPHANED | PIN_ONE, Ordering::Relaxed);
     let pointer = NonNull::from(&*record);
-    let kept = record.clone();
-    with_orphans(move |orphans| orphans.push((space.serial, kept)))?;
+    let kept = Entry {
+        serial: space.serial,
+        space: Arc::downgrade(space),
+        record: record.clone(),
+    };
+    with_orphans(move |orphans| orphans.push(kept))?;
     space.add_thread(record);
     Some(pointer)
 }
@@ -259,8 +276,8 @@ pub(crate) fn take_orphan(record: NonNull<ThreadRec>) -> Option<Arc<ThreadRec>> 
     with_orphans(|orphans| {
         let index = orphans
             .iter()
-            .position(|(_, other)| ptr::eq(Arc::as_ptr(other), record.as_ptr()))?;
-        Some(orphans.swap_remove(index).1)
+            .position(|entry| ptr::eq(Arc::as_ptr(&entry.record), record.as_ptr()))?;
+        Some(orphans.swap_remove(index).record)
     })
     .flatten()
 }

@@ -1,21 +1,16 @@
-//! [`IdSpace`]: the space of ids, its builder, entering it, and its compaction scan.
+//! `SpaceInner`, the state an [`IdSpace`](super::IdSpace) shares with its threads' records
+//! and its `PerCid`s: the owned ids under the space's lock, entering it, and the
+//! compaction scan.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
-use super::pin::{Cid, MOVE, NO_ID, ThreadRec};
+use super::record::{MOVE, NO_ID, ThreadRec};
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use crate::{Next, Scheduler, Work};
-
-/// The kernel's `MM_CID_SCAN_DELAY`.
-const DEFAULT_SCAN_PERIOD: Duration = Duration::from_millis(100);
-
-/// The shortest scan period: shorter ones (zero included) are raised to it, so a space
-/// scans at most 100 times a second however it is configured.
-pub const MIN_SCAN_PERIOD: Duration = Duration::from_millis(10);
 
 /// A per-id storage that the scan trims above the high water (implemented by `PerCid`).
 pub(crate) trait Trim: Send + Sync {
@@ -39,13 +34,13 @@ pub(crate) struct SpaceInner {
     /// S: the owned-id bitmap, the thread records and the per-id storages to trim.
     pub(super) state: Mutex<SpaceState>,
     /// A: mirrors of `state` for lock-free readers, written under the lock (`publish`).
-    held: AtomicUsize,
+    pub(super) held: AtomicUsize,
     /// A: as `held`.
     high_water: AtomicUsize,
     /// A: as `held`.
-    threads: AtomicUsize,
+    pub(super) threads: AtomicUsize,
     /// I: the compaction work. Its closure holds a `Weak` to this space.
-    work: Work,
+    pub(super) work: Work,
     /// I: the fork generation the space was made in: in a forked child its lock may have
     /// been held by a thread that is gone, so the child never takes it (see
     /// `in_forked_child`).
@@ -72,6 +67,37 @@ fn next_serial() -> u64 {
 }
 
 impl SpaceInner {
+    /// A space whose compaction work runs on `scheduler` every `period`, parked until
+    /// the first id is taken.
+    pub(crate) fn new(scheduler: &Scheduler, period: Duration) -> Arc<SpaceInner> {
+        barrier::init();
+        Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
+            let weak = weak.clone();
+            let work = scheduler
+                .every(period, move |_| match weak.upgrade() {
+                    Some(space) => space.scan(),
+                    None => Next::Stop,
+                })
+                .named("nicework.cid-compaction");
+            // Parked until the first id is taken.
+            work.cancel();
+            SpaceInner {
+                serial: next_serial(),
+                state: Mutex::new(SpaceState {
+                    ids: IdSet::default(),
+                    threads: Vec::new(),
+                    trims: Vec::new(),
+                }),
+                held: AtomicUsize::new(0),
+                high_water: AtomicUsize::new(0),
+                threads: AtomicUsize::new(0),
+                work,
+                fork_generation: crate::fork::generation(),
+                child_ids: std::sync::atomic::AtomicUsize::new(0),
+            }
+        })
+    }
+
     /// Whether this is a copy in a `fork()`ed child. There the lock may have been held at
     /// the fork by a thread that no longer exists, so every path that would take it
     /// takes a lock-free degraded path instead: the forking thread keeps its id, other
@@ -280,208 +306,5 @@ fn shrink<T>(list: &mut Vec<T>) {
     let floor = list.len().max(4);
     if list.capacity() >= 4 * floor {
         list.shrink_to(floor);
-    }
-}
-
-/// A space of compacting concurrency ids, the user-space counterpart of rseq `mm_cid`.
-///
-/// What a space promises is listed in the [crate documentation](crate#guarantees); the
-/// protocol behind it is written down in the source, at the top of `src/cid/mod.rs`.
-///
-/// # The scheduler it runs on
-///
-/// The space's compaction work runs on the scheduler it was built with. Keep that
-/// scheduler alive as long as the space (or build it on [`global()`](crate::global)). If
-/// the scheduler shuts down first, ids keep working (unique and dense on `enter()`, and a
-/// thread's id is still released when it exits), but nothing reclaims the ids of idle
-/// threads any more. [`PerCid`](crate::PerCid) slots above the high water are then
-/// trimmed when a thread exits (its `on_reclaim` runs on the exiting thread): memory
-/// shrinks at each thread exit, not in between. After a shrink from 64 threads to 4 whose
-/// last exit came before the survivors moved down, the slots of the ids they left stay
-/// until the next thread exits.
-///
-/// # Examples
-///
-/// ```
-/// use nicework::{IdSpace, Scheduler};
-///
-/// let sched = Scheduler::manual();
-/// let ids = IdSpace::new(&sched);
-/// {
-///     let cid = ids.enter();
-///     assert_eq!(cid.get(), 0);
-///     assert_eq!(ids.enter().get(), 0); // nested: the same id
-/// }
-/// assert_eq!((ids.held(), ids.high_water(), ids.threads()), (1, 1, 1));
-/// ```
-pub struct IdSpace {
-    inner: Arc<SpaceInner>,
-}
-
-/// Configures an [`IdSpace`].
-#[derive(Debug, Clone)]
-pub struct IdSpaceBuilder {
-    scan_period: Duration,
-}
-
-impl IdSpaceBuilder {
-    /// How often the compaction work looks for idle threads (100 ms by default, the
-    /// kernel's `MM_CID_SCAN_DELAY`). A thread that has not entered for one to two periods
-    /// loses its id, and `PerCid` slots above the high water are trimmed at each scan.
-    ///
-    /// Periods shorter than [`MIN_SCAN_PERIOD`] (10 ms), zero included, are raised to it;
-    /// a period too long for the scheduler's clock (about 27 years) means the scan never
-    /// runs on its own, and ids are then given back only when threads exit. Rounded up to
-    /// the scheduler's slack.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{IdSpace, Scheduler, MIN_SCAN_PERIOD};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let ids = IdSpace::builder().scan_period(Duration::ZERO).build(&sched);
-    /// drop(ids.enter());
-    /// sched.advance(MIN_SCAN_PERIOD / 2);
-    /// assert_eq!(ids.compaction_stats().runs, 0); // not a busy loop
-    /// sched.advance(MIN_SCAN_PERIOD);
-    /// assert_eq!(ids.compaction_stats().runs, 1);
-    /// ```
-    pub fn scan_period(mut self, period: Duration) -> Self {
-        self.scan_period = period.max(MIN_SCAN_PERIOD);
-        self
-    }
-
-    /// Creates the space; its compaction work runs on `scheduler` and parks while no id is
-    /// held.
-    pub fn build(self, scheduler: &Scheduler) -> IdSpace {
-        barrier::init();
-        let period = self.scan_period;
-        let inner = Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
-            let weak = weak.clone();
-            let work = scheduler
-                .every(period, move |_| match weak.upgrade() {
-                    Some(space) => space.scan(),
-                    None => Next::Stop,
-                })
-                .named("nicework.cid-compaction");
-            // Parked until the first id is taken.
-            work.cancel();
-            SpaceInner {
-                serial: next_serial(),
-                state: Mutex::new(SpaceState {
-                    ids: IdSet::default(),
-                    threads: Vec::new(),
-                    trims: Vec::new(),
-                }),
-                held: AtomicUsize::new(0),
-                high_water: AtomicUsize::new(0),
-                threads: AtomicUsize::new(0),
-                work,
-                fork_generation: crate::fork::generation(),
-                child_ids: std::sync::atomic::AtomicUsize::new(0),
-            }
-        });
-        IdSpace { inner }
-    }
-}
-
-impl IdSpace {
-    /// A space with the default 100 ms scan period.
-    pub fn new(scheduler: &Scheduler) -> IdSpace {
-        IdSpace::builder().build(scheduler)
-    }
-
-    /// A builder for the scan period.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use nicework::{IdSpace, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let ids = IdSpace::builder().scan_period(Duration::from_millis(10)).build(&sched);
-    /// drop(ids.enter());
-    /// sched.advance(Duration::from_millis(30)); // idle for two scans: id reclaimed
-    /// assert_eq!(ids.held(), 0);
-    /// ```
-    pub fn builder() -> IdSpaceBuilder {
-        IdSpaceBuilder {
-            scan_period: DEFAULT_SCAN_PERIOD,
-        }
-    }
-
-    /// Pins the calling thread's id and returns a guard for it. The first call on a thread
-    /// takes the lowest free id; later calls reuse it without any atomic read-modify-write,
-    /// unless it is no longer below [`held`](Self::held), in which case the thread moves
-    /// to the lowest free id. Nested calls on one thread return the same id.
-    ///
-    /// In a `fork()`ed child a space made before the fork never takes its lock (another
-    /// thread may have held it at the fork): the forking thread keeps its id, other
-    /// threads get fresh ids above the high water at the fork, unique but neither reused
-    /// nor compacted. Make a new `IdSpace` after the fork for dense ids.
-    ///
-    /// # Panics
-    ///
-    /// If the thread already holds 2<sup>31</sup> - 1 guards of this space (on 64-bit
-    /// targets; 2<sup>15</sup> - 1 on 32-bit ones), which only leaked guards can reach.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use nicework::{IdSpace, Scheduler};
-    ///
-    /// let sched = Scheduler::manual();
-    /// let ids = IdSpace::new(&sched);
-    /// let outer = ids.enter();
-    /// let inner = ids.enter(); // nested: the same id
-    /// assert_eq!(outer.get(), inner.get());
-    /// ```
-    #[inline]
-    pub fn enter(&self) -> Cid<'_> {
-        self.inner.enter()
-    }
-
-    /// Ids owned by threads (pinned or not). A thread's id is released when the thread
-    /// exits, before `JoinHandle::join` returns; the end of a `std::thread::scope` is not
-    /// such a join (it can return before the threads' thread-local destructors ran), so
-    /// join scoped threads explicitly before counting on `held()`. If a guard of the
-    /// thread lives in a thread-local destroyed after nicework's exit hook, the id is
-    /// released when that guard drops (still before `join` returns).
-    pub fn held(&self) -> usize {
-        self.inner.held.load(Ordering::Relaxed)
-    }
-
-    /// One past the highest owned id: every id handed out is below it.
-    pub fn high_water(&self) -> usize {
-        self.inner.high_water()
-    }
-
-    /// Live threads that have entered this space (an exiting thread counts until its
-    /// last guard is dropped).
-    pub fn threads(&self) -> usize {
-        self.inner.threads.load(Ordering::Relaxed)
-    }
-
-    /// The compaction work's statistics (runs, parks, busy time), as in the kernel
-    /// patch's `task_mm_cid_work` table.
-    pub fn compaction_stats(&self) -> crate::WorkStats {
-        self.inner.work.stats()
-    }
-
-    pub(crate) fn inner(&self) -> &Arc<SpaceInner> {
-        &self.inner
-    }
-}
-
-impl std::fmt::Debug for IdSpace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdSpace")
-            .field("held", &self.held())
-            .field("high_water", &self.high_water())
-            .field("threads", &self.threads())
-            .finish()
     }
 }
