@@ -27,8 +27,9 @@ use crate::clock::touch_tick::TouchTick;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
+use crate::scheduler::work::Header;
 use crate::scheduler::work::entry::{Entry, Placement};
-use crate::scheduler::work::listing::Registry;
+use crate::scheduler::work::listed_slots::ListedSlots;
 use crate::scheduler::work::state::{DEADLINE_UNIT_NS, State, units_ceil};
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
 use crate::wheel::Wheel;
@@ -184,7 +185,7 @@ pub(crate) struct Shared {
     /// deadline later, and `run_due` recomputes it.
     pub(super) host_wake_ns: AtomicU64,
     /// T: the live works, for `Scheduler::works` (see `listing`).
-    pub(crate) registry: std::sync::Mutex<Registry>,
+    pub(crate) registry: std::sync::Mutex<ListedSlots<Header>>,
     /// A (loom models only): this manual scheduler stamps long timeouts with ticks, on its
     /// virtual clock (see `hooks::stamp_with_ticks_for_loom`).
     #[cfg(all(loom, feature = "loom"))]
@@ -236,7 +237,7 @@ impl Shared {
             wakeups,
             touch_tick: TouchTick::new(0),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
-            registry: std::sync::Mutex::new(Registry::new()),
+            registry: std::sync::Mutex::new(ListedSlots::new()),
             #[cfg(all(loom, feature = "loom"))]
             manual_ticks: std::sync::atomic::AtomicBool::new(false),
             fork_generation: crate::fork::generation(),
@@ -612,7 +613,7 @@ impl Shared {
         drop(core);
         // Closures are user code: dropped outside the lock, contained.
         for work in ended {
-            crate::scheduler::work::run::drop_contained(self, &work);
+            self.end_life(&work);
         }
         // Every remaining closure was dropped or is kept by its handle, so dropping the
         // entries runs no user code.

@@ -31,7 +31,6 @@ use crate::scheduler::WorkRef;
 use crate::scheduler::shared::{CoreGuard, RunWaker, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::cancel::{CancelStart, Release, Waiter};
-use crate::scheduler::work::run::drop_contained;
 
 /// Tells the futures' waker registrations apart.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
@@ -86,7 +85,7 @@ impl Shared {
                 drop(core);
                 wait.was_pending = was_pending;
                 if drop_closure {
-                    drop_contained(self, work);
+                    self.end_life(work);
                 }
             }
             CancelStart::Refused { was_pending, cycle } => {
@@ -145,7 +144,7 @@ impl CancelWait {
         shared.end_cancel_wait(&mut core, &work, released);
         drop(core);
         if over && released {
-            drop_contained(shared, &work);
+            shared.end_life(&work);
         }
     }
 }

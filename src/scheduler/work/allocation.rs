@@ -40,7 +40,7 @@ use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, fence};
 
-use super::listing::NOT_LISTED;
+use super::listed_slots::NOT_LISTED;
 use super::{Ctx, Next, StatsCounters, names};
 use crate::scheduler::work::state::{State, StateCell};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};

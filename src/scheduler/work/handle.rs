@@ -12,7 +12,6 @@ use crate::scheduler::shared::Shared;
 use crate::scheduler::wait::flush::Waiting;
 use crate::scheduler::work::allocation::{Callback, Closure, OnceClosure, TimeoutClosure, WorkRef};
 use crate::scheduler::work::cancel::Release;
-use crate::scheduler::work::run::drop_contained;
 use crate::scheduler::work::state::{Kind, State};
 use crate::scheduler::work::timeout::PRECISE_TOUCH;
 
@@ -297,7 +296,7 @@ impl Work {
     pub fn detach(self) {
         let mut this = ManuallyDrop::new(self);
         if this.shared.detach(&this.inner) {
-            drop_contained(&this.shared, &this.inner);
+            this.shared.end_life(&this.inner);
         }
         // SAFETY: `this` is never used again and never dropped (it is a `ManuallyDrop`),
         // so each field is taken exactly once; the reference we drop is not the last
@@ -637,7 +636,7 @@ impl Work {
             .shared
             .cancel_and_wait(&self.inner, Release::DropAndWait);
         if drop_closure {
-            drop_contained(&self.shared, &self.inner);
+            self.shared.end_life(&self.inner);
         }
         // The handle's own drop finds the work released already and does nothing more.
     }
@@ -648,7 +647,7 @@ impl Drop for Work {
         if self.shared.release(&self.inner) {
             // The closure's destructor is user code, and a panic in it must not escape
             // into the caller's `drop`.
-            drop_contained(&self.shared, &self.inner);
+            self.shared.end_life(&self.inner);
         }
         // Not the last reference to a live closure: it is dropped, or a runner owns its
         // end. SAFETY: `self.inner` is not used again: this is the handle's destructor.

@@ -80,6 +80,7 @@ pub(crate) mod cancel;
 pub(crate) mod ctx;
 pub(crate) mod entry;
 pub(crate) mod handle;
+pub(crate) mod listed_slots;
 pub(crate) mod listing;
 pub(crate) mod names;
 pub(crate) mod object;

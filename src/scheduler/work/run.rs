@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::WorkRef;
 use super::{Ctx, Next};
 use crate::clock::nanos;
-use crate::contain::{contain, drop_payload, panic_message};
+use crate::contain::{drop_payload, panic_message};
 use crate::scheduler::Scheduler;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::shared::{Core, Shared};
@@ -365,7 +365,7 @@ impl Shared {
         if state.is_orphaned() {
             // The handle is gone and left the closure to us; its destructor is user
             // code, so it runs after the lock is released.
-            drop_contained(self, &work);
+            self.end_life(&work);
         }
         drop(work);
     }
@@ -511,15 +511,4 @@ pub(crate) fn leave_forked_child<T>(value: T) -> T {
     } else {
         std::panic::resume_unwind(Box::new(LeavingForkedChild))
     }
-}
-
-/// Ends a work's life: unlists it from `shared`'s live works (see `listing`), then drops
-/// its closure, whose destructor is user code.
-pub(crate) fn drop_contained(shared: &Shared, work: &WorkRef) {
-    shared.unregister(work);
-    contain("a work's closure panicked while being dropped", || {
-        // SAFETY: the caller ends the work's life: the handle is gone or going, no run is
-        // in progress and none can start (`ORPHANED` refuses every arm).
-        unsafe { work.drop_closure() }
-    });
 }
