@@ -2,13 +2,15 @@
 //!
 //! The files:
 //!
-//! - `pin.rs`: the pin protocol and the orphan protocol: a thread's records (the `pin`,
-//!   `cid`, `own` and `seen` words and their layout), `enter()`'s paths, the [`Cid`]
+//! - `handle.rs`: [`IdSpace`] and its builder, thin wrappers over the space's state.
+//! - `record.rs`: a thread's record of one space (the `pin`, `cid`, `own` and `seen`
+//!   words and their values), a leaf that the protocol files share.
+//! - `pin.rs`: the pin protocol and the orphan protocol: `enter()`'s paths, the [`Cid`]
 //!   guard, and the scan's revoke step. The diagrams' step letters stand at the lines
 //!   that do them.
 //! - `registry.rs`: the thread-local side: the registry of a thread's records, the
 //!   fast path's one-entry cache, the orphan list, and the thread-exit hook.
-//! - `space.rs`: [`IdSpace`], its builder and shared state, ownership under the space's
+//! - `space.rs`: the space's shared state, ownership under the space's
 //!   lock (acquire, publish), the compaction scan around the revoke step, and trims.
 //! - `ids.rs`: the set of owned ids (lowest free first).
 //! - `barrier.rs`: the light and heavy barriers (`membarrier`, or fences).

@@ -1,6 +1,6 @@
-//! The pin protocol and the orphan protocol: a thread's per-space records and their
-//! words, `enter()`'s paths (the owner's half), the [`Cid`] guard, and the compaction
-//! scan's revoke step (the reclaimer's half). The thread-local registry that finds a
+//! The pin protocol and the orphan protocol: `enter()`'s paths (the owner's half), the
+//! [`Cid`] guard, and the compaction scan's revoke step (the reclaimer's half), over a
+//! thread's per-space records (`record.rs`). The thread-local registry that finds a
 //! thread's records and orphans or releases them when the thread exits is
 //! `registry.rs`. The letters in the diagrams stand in comments at the lines that
 //! perform each step.
