@@ -18,7 +18,9 @@
 //! - [`stats`]: per-work statistics.
 //! - [`ctx`]: [`Ctx`] and [`Next`], what a callback sees and returns.
 //! - [`names`]: the table of custom names.
-//! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`.
+//! - [`listing`]: the list of a scheduler's live works, for `Scheduler::works`, and the
+//!   end of a work's life (unlisted, then its closure dropped).
+//! - [`listed_slots`]: the slots that list live works, one word each.
 //! - [`object`]: per-object works: the closure behind `work_for`, `every_for` and
 //!   `timeout_for`, and [`ObjectRef`].
 //!
