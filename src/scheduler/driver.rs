@@ -24,8 +24,14 @@
 //! - The waker is woken after the core lock is released (`CoreGuard`'s drop), never under
 //!   it, so a waker may call back into nicework.
 //! - `run_due` runs each work at most once per call: a work that re-arms itself due at
-//!   once (`Next::Yield`, a zero-delay `reschedule` from its callback) is left for the
-//!   wheel's next tick, so the host always gets control back.
+//!   once (`Next::Yield`, a zero-delay `reschedule` from its callback) is set aside and
+//!   put back due when the call ends, so the host always gets control back and the next
+//!   call runs it.
+//! - The timer stands for a wake only while its expiry is not drained: `run_due` forgets
+//!   the programmed wake when it drains the descriptor, and programs the next wake before
+//!   each callback, so an arm from another thread during a long callback, and a deadline
+//!   that passes meanwhile, still make the descriptor readable (and the arm wakes the
+//!   waker).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,7 +41,7 @@ use std::time::Instant;
 
 use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::handle::Handle;
-use crate::scheduler::shared::{NO_HOST_WAKE, Shared};
+use crate::scheduler::shared::{Core, NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::run::{Executed, leave_forked_child};
 
@@ -129,7 +135,37 @@ impl Driver {
     /// # Ok::<(), nicework::Error>(())
     /// ```
     pub fn run_due(&self) -> usize {
+        self.run_due_at_most(usize::MAX)
+    }
+
+    /// [`run_due`](Self::run_due), but at most `limit` runs: a host that must keep its
+    /// turns short (an async executor whose other tasks wait meanwhile) bounds each turn,
+    /// and calls again while works are left due. Those are due at once: `next_deadline`
+    /// is then not in the future, and the descriptor stays readable. `limit` 0 runs
+    /// nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// let works: Vec<_> = (0..5).map(|_| sched.work(|_| Next::Park)).collect();
+    /// for work in &works {
+    ///     work.schedule(Duration::ZERO);
+    /// }
+    /// assert_eq!(driver.run_due_at_most(2), 2);
+    /// assert!(driver.next_deadline().unwrap() <= Instant::now()); // more are due
+    /// assert_eq!(driver.run_due_at_most(10), 3);
+    /// assert_eq!(driver.next_deadline(), None);
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn run_due_at_most(&self, limit: usize) -> usize {
         let shared = &self.shared;
+        if limit == 0 {
+            return 0;
+        }
         if shared.host_wake_ns.load(Ordering::Acquire) > shared.now_ns()
             && !self.sleeper.host_signalled()
         {
@@ -146,6 +182,9 @@ impl Driver {
             return 0;
         };
         self.sleeper.drain();
+        // The drained expiry is spent: the timer no longer stands for any wake, so the
+        // next wake set below, or an arm's `kick` meanwhile, programs it again.
+        core.programmed_ns = None;
         if core.shutdown {
             return 0;
         }
@@ -153,15 +192,22 @@ impl Driver {
         let handle = Handle::new(shared.clone());
         let scheduler = handle.as_scheduler();
         let mut ran = HashSet::new();
+        let mut set_aside = Vec::new();
         let mut runs = 0;
-        loop {
+        while runs < limit {
             shared.expire(&mut core, now);
-            let Some(taken) =
-                shared.take_ready_skipping(&mut core, now, |work| ran.contains(&work))
-            else {
+            let Some(taken) = shared.take_ready_skipping(
+                &mut core,
+                now,
+                |work| ran.contains(&work),
+                &mut set_aside,
+            ) else {
                 break;
             };
             ran.insert(taken.work.address());
+            // While the callback runs, the descriptor and `next_deadline` keep telling
+            // the host's other threads about the works due meanwhile.
+            set_drained_timer(shared, &mut core, now);
             drop(core);
             let executed = shared.execute(scheduler, taken, now, None);
             runs += 1;
@@ -170,13 +216,15 @@ impl Driver {
             }
             core = shared.lock();
         }
+        // A work that ran in this call and is due again (`Next::Yield`) runs at the next.
+        let now_units = crate::scheduler::work::state::now_units(shared.now_ns());
+        for (entry, due) in set_aside {
+            core.wheel.insert(entry, due, now_units);
+        }
         if core.shutdown {
             return runs;
         }
-        // Program the timer afresh, even for the wake it was set to: its expiry was
-        // drained above, so only a new programming makes it readable again.
-        let wake = shared.next_wake_ns(&core, now);
-        shared.reprogram(&mut core, wake, shared.now_ns());
+        set_drained_timer(shared, &mut core, now);
         runs
     }
 
@@ -219,6 +267,22 @@ impl Driver {
                 core.host_waker = Some(waker);
             }
         }
+    }
+}
+
+/// Sets the timer for the next wake after `run_due` drained it: a programming only if a
+/// callback's arm (or an earlier call of this) did not set it for that wake since the
+/// drain. With nothing armed it disarms and publishes that nothing is due, whatever the
+/// record says: the drained timer may not have expired yet, and a descriptor readable
+/// with no wake published would never be cleared.
+fn set_drained_timer(shared: &Shared, core: &mut Core, now_ns: u64) {
+    let wake = shared.next_wake_ns(core, now_ns);
+    if wake.is_some() {
+        shared.program(core, wake, shared.now_ns());
+    } else if core.programmed_ns.is_some()
+        || shared.host_wake_ns.load(Ordering::Relaxed) != NO_HOST_WAKE
+    {
+        shared.reprogram(core, None, shared.now_ns());
     }
 }
 

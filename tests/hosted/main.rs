@@ -4,6 +4,8 @@
 //! use.
 //!
 //! One test binary, a module per behaviour.
+//! - `busy_host`: a host thread held inside a callback silences neither the descriptor
+//!   nor the waker for the others; `Yield` once per call; `run_due_at_most`.
 //! - `driver`: the `Driver`'s promises: `run_due`, `next_deadline`, the waker, the
 //!   descriptor, shutdown, bad input.
 //! - `races`: two hosts at once, wakers that call back in (and drop the driver or the
@@ -13,5 +15,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod busy_host;
 mod driver;
 mod races;

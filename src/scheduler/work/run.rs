@@ -149,19 +149,28 @@ impl Shared {
     /// Takes the first ready work that is due and not running elsewhere. A due work that
     /// is still running loses its entry and gets a new one when its run completes.
     pub(crate) fn take_ready(&self, core: &mut Core, now_ns: u64) -> Option<Taken> {
-        self.take_ready_skipping(core, now_ns, |_| false)
+        self.take_ready_skipping(core, now_ns, |_| false, &mut Vec::new())
     }
 
-    /// [`take_ready`](Self::take_ready), leaving the due works that `skip` names (by
-    /// address) for the wheel's next tick: a hosted `run_due` runs each work at most once.
+    /// [`take_ready`](Self::take_ready), setting aside the ready entries of the works that
+    /// `skip` names (by address), with the deadlines they were placed for, for the caller
+    /// to put back: a hosted `run_due` runs each work at most once per call, and the next
+    /// call runs them.
     pub(crate) fn take_ready_skipping(
         &self,
         core: &mut Core,
         now_ns: u64,
         skip: impl Fn(usize) -> bool,
+        set_aside: &mut Vec<(Entry, u64)>,
     ) -> Option<Taken> {
         let now = now_units(now_ns);
         while let Some((placed, entry)) = core.wheel.pop_ready() {
+            if skip(entry.address()) {
+                // Whatever it is due for now: it was set due after `now_ns`, by this
+                // caller's own run of it.
+                set_aside.push((entry, placed));
+                continue;
+            }
             loop {
                 match self.classify(&entry, now) {
                     Class::Stale => break,
@@ -173,10 +182,6 @@ impl Shared {
                         // Moved later (lock-free) since it was queued: still due, but
                         // behind works due before it. Queue it again in its place.
                         core.wheel.insert(entry, due, now);
-                        break;
-                    }
-                    Class::Due(_, due, _) if skip(entry.address()) => {
-                        core.wheel.defer(entry, due);
                         break;
                     }
                     Class::Due(state, due, touch_stamp) => {
