@@ -30,7 +30,7 @@
 
 mod common;
 
-#[path = "../tests/common/counting.rs"]
+#[path = "../examples/common/counting.rs"]
 mod counting;
 #[path = "../tests/common/shrink_heap.rs"]
 mod shrink_heap;

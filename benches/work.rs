@@ -15,7 +15,7 @@ use common::{per_op, per_op_threads};
 use nicework::{Next, Scheduler, Work};
 
 /// Counts live heap bytes, for the bytes-per-parked-work figure.
-#[path = "../tests/common/counting.rs"]
+#[path = "../examples/common/counting.rs"]
 mod counting;
 
 #[global_allocator]

@@ -23,7 +23,7 @@ use nicework::{IdSpace, PerCid, Scheduler};
 use thread_local::ThreadLocal;
 
 // The heap is counted by the test suite's counting allocator (live bytes).
-#[path = "../tests/common/counting.rs"]
+#[path = "common/counting.rs"]
 mod counting;
 
 #[global_allocator]

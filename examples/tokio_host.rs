@@ -1,71 +1,23 @@
-//! A tokio runtime drives a hosted scheduler: no nicework thread. One host task runs the
-//! works: it registers its waker with the `Driver`, then sleeps until `next_deadline()`
-//! with tokio's timer, and calls `run_due()` whenever either fires. Sessions live on a
-//! multi-threaded runtime; each owns an idle reaper (`timeout_for`) that tasks on several
-//! threads touch, and is closed with `drop_async().await`, so no executor thread ever
-//! blocks on a reaper's run. A heartbeat task measures how long the executor stalls.
+//! A tokio runtime drives a hosted scheduler: no nicework thread. One line hosts it,
+//! `tokio::spawn(nicework::tokio::drive(driver))` (feature `tokio`): the task runs the due
+//! works in bounded turns and sleeps on the driver's descriptor (Linux) or tokio's timer.
+//! Sessions live on a multi-threaded runtime; each owns an idle reaper (`timeout_for`)
+//! that tasks on several threads touch, and is closed with `drop_async().await`, so no
+//! executor thread ever blocks on a reaper's run. A heartbeat task measures how long the
+//! executor stalls.
 //!
 //! It prints the early reaps (a reaper that ran within its idle time of a touch; the
 //! example exits non-zero unless there are 0) and the longest heartbeat stall.
 //!
 //! ```text
-//! cargo run --release --example tokio_host
+//! cargo run --release --features tokio --example tokio_host
 //! ```
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use nicework::{Driver, Next, Scheduler, Work};
-
-/// Resolves when the driver's next deadline passes or its waker is woken (an arm moved
-/// the next deadline earlier): the first poll registers the task's waker with the driver,
-/// then reads `next_deadline()` (register first, then read: no arm is missed) and sets a
-/// tokio timer for it; any wake after that ends the turn.
-struct HostTurn<'a> {
-    driver: &'a Driver,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-    registered: bool,
-}
-
-impl Future for HostTurn<'_> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.registered {
-            return Poll::Ready(());
-        }
-        self.registered = true;
-        self.driver.set_waker(cx.waker().clone());
-        if let Some(next) = self.driver.next_deadline() {
-            if next <= Instant::now() {
-                return Poll::Ready(());
-            }
-            let mut sleep = Box::pin(tokio::time::sleep_until(next.into()));
-            if sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(());
-            }
-            self.sleep = Some(sleep);
-        }
-        Poll::Pending
-    }
-}
-
-async fn host(driver: Driver, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        driver.run_due();
-        let turn = HostTurn {
-            driver: &driver,
-            sleep: None,
-            registered: false,
-        };
-        // Also look every 100 ms, so `stop` is seen while nothing is armed.
-        let _ = tokio::time::timeout(Duration::from_millis(100), turn).await;
-    }
-}
+use nicework::{Next, Scheduler, Work};
 
 struct Session {
     id: usize,
@@ -78,7 +30,7 @@ const IDLE: Duration = Duration::from_millis(120);
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .enable_time()
+        .enable_all()
         .build()
         .expect("a tokio runtime");
     let (sched, driver) = Scheduler::builder()
@@ -91,7 +43,7 @@ fn main() {
     let longest_stall_us = Arc::new(AtomicU64::new(0));
 
     runtime.block_on(async {
-        let host_task = tokio::spawn(host(driver, stop.clone()));
+        let host_task = tokio::spawn(nicework::tokio::drive(driver));
         let heartbeat = {
             let (stop, longest) = (stop.clone(), longest_stall_us.clone());
             tokio::spawn(async move {
@@ -163,8 +115,10 @@ fn main() {
             }
         }
         stop.store(true, Ordering::SeqCst);
-        host_task.await.unwrap();
         heartbeat.await.unwrap();
+        // The last handle: the scheduler shuts down and the host task ends.
+        drop(sched);
+        host_task.await.unwrap();
     });
 
     let early = early.load(Ordering::SeqCst);

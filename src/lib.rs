@@ -373,6 +373,8 @@ pub mod hooks;
 mod priority;
 mod scheduler;
 mod sync;
+#[cfg(all(any(feature = "tokio", test), not(all(loom, feature = "loom"))))]
+pub mod tokio;
 mod wheel;
 
 pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid};

@@ -270,6 +270,14 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// Whether the scheduler shut down (or this is its copy in a `fork()`ed child).
+    #[cfg_attr(not(any(feature = "tokio", test)), allow(dead_code))]
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shared.is_shut_down()
+    }
+}
+
 /// Sets the timer for the next wake after `run_due` drained it: a programming only if a
 /// callback's arm (or an earlier call of this) did not set it for that wake since the
 /// drain. With nothing armed it disarms and publishes that nothing is due, whatever the
@@ -283,6 +291,17 @@ fn set_drained_timer(shared: &Shared, core: &mut Core, now_ns: u64) {
         || shared.host_wake_ns.load(Ordering::Relaxed) != NO_HOST_WAKE
     {
         shared.reprogram(core, None, shared.now_ns());
+    }
+}
+
+/// On unix, for event loops that take a raw descriptor (mio's `SourceFd`, calloop's
+/// `Generic`, async-io's `Async`): the descriptor of [`AsFd`](std::os::fd::AsFd), which
+/// stays owned by the driver.
+#[cfg(unix)]
+impl std::os::fd::AsRawFd for Driver {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
     }
 }
 

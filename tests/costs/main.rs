@@ -21,7 +21,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-#[path = "../common/counting.rs"]
+#[path = "../../examples/common/counting.rs"]
 mod counting;
 #[path = "../common/shrink_heap.rs"]
 mod shrink_heap;

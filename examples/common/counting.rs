@@ -1,4 +1,5 @@
-//! A global allocator that counts live heap bytes; a binary that wants the count installs
+//! A global allocator that counts live heap bytes, shared by the examples, the tests and
+//! the benches that report memory; a binary that wants the count installs
 //! it with `#[global_allocator] static ALLOCATOR: Counting = Counting;`.
 #![allow(dead_code)]
 
