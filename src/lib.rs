@@ -382,5 +382,5 @@ pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{
     Builder, Ctx, Driver, LendingStats, MAX_SLACK, MAX_WORKERS, MIN_SLACK, Metrics, Next,
-    ObjectRef, Scheduler, Work, WorkInfo, WorkStats, global,
+    ObjectRef, Scheduler, Work, WorkInfo, WorkKind, WorkStats, global,
 };

@@ -55,9 +55,18 @@ use crate::scheduler::work::run::{Executed, leave_forked_child};
 /// order. `Driver` is `Send + Sync` and not `Clone`: one host runs the works (two threads
 /// calling `run_due` at once still never run one work twice at the same time).
 ///
-/// Dropping the `Driver` shuts the scheduler down, as dropping the last handle of a
-/// threaded scheduler does: armed works are cancelled, a detached work's life ends, and
-/// every later arm returns `false`. A run in progress on another thread finishes first.
+/// # Lifetime
+///
+/// A hosted scheduler shuts down at whichever comes first:
+/// - the `Driver`'s drop;
+/// - the drop of its last [`Scheduler`](crate::Scheduler) handle, as for a threaded
+///   scheduler, while the `Driver` lives on.
+///
+/// Either way armed works are cancelled, a detached work's life ends, every later arm
+/// returns `false`, the waker is woken once, and the descriptor goes quiet (nothing is
+/// due again); a run in progress on another thread finishes first. After that `run_due`
+/// returns 0 and `next_deadline` `None`, and
+/// `nicework::tokio::drive` (feature `tokio`) resolves.
 ///
 /// # Examples
 ///

@@ -48,4 +48,4 @@ pub use handle::Scheduler;
 pub use metrics::Metrics;
 pub use wait::LendingStats;
 pub(crate) use work::{Callback, WorkInner, WorkRef};
-pub use work::{Ctx, Next, ObjectRef, Work, WorkInfo, WorkStats};
+pub use work::{Ctx, Next, ObjectRef, Work, WorkInfo, WorkKind, WorkStats};

@@ -971,3 +971,53 @@ fn fork_child_lists_and_drops() {
     drop(parent_works);
     assert_eq!(count(&sched), 0);
 }
+
+#[test]
+fn works_with_one_default_name_differ_by_id_and_show_their_kind_and_period() {
+    use nicework::WorkKind;
+    let sched = Scheduler::manual();
+    // One closure type: the default names are all the same.
+    let make = |sched: &Scheduler| sched.every(Duration::from_secs(5), |_| Next::Again);
+    let reapers: Vec<Work> = (0..50).map(|_| make(&sched)).collect();
+    let plain = sched.work(|_| Next::Park);
+    plain.schedule(Duration::from_secs(2));
+    let once = sched.once(Duration::from_secs(1), |_| {});
+    let timeout = sched.timeout(Duration::from_millis(700), |_| Next::Park);
+    let mut seen = BTreeMap::new();
+    sched.works(|w| {
+        assert!(
+            seen.insert(w.id, (w.kind, w.period, w.name.to_string()))
+                .is_none()
+        );
+    });
+    assert_eq!(
+        seen.len(),
+        53,
+        "every live work once, each with an id of its own"
+    );
+    let names: std::collections::BTreeSet<_> =
+        reapers.iter().map(|r| seen[&r.id()].2.clone()).collect();
+    assert_eq!(names.len(), 1, "the reapers share their default name");
+    for reaper in &reapers {
+        assert_eq!(seen[&reaper.id()].0, WorkKind::Every);
+        assert_eq!(seen[&reaper.id()].1, Duration::from_secs(5));
+    }
+    assert_eq!(seen[&plain.id()].0, WorkKind::Work);
+    assert_eq!(seen[&plain.id()].1, Duration::from_secs(2));
+    assert_eq!(seen[&once.id()].0, WorkKind::Once);
+    assert_eq!(seen[&timeout.id()].0, WorkKind::Timeout);
+    assert_eq!(seen[&timeout.id()].1, Duration::from_millis(700));
+    // An id stays while the work lives: re-arms and runs do not change it.
+    let id = plain.id();
+    plain.reschedule(Duration::from_secs(9));
+    sched.advance(Duration::from_secs(10));
+    assert_eq!(plain.id(), id);
+    assert_eq!(plain.period(), Duration::from_secs(9));
+    let mut periods = Vec::new();
+    sched.works(|w| {
+        if w.id == id {
+            periods.push(w.period);
+        }
+    });
+    assert_eq!(periods, [Duration::from_secs(9)]);
+}

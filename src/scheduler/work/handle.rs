@@ -591,6 +591,31 @@ impl Work {
         self.state().is_disabled()
     }
 
+    /// Its id: the same for the work's whole life, and no other live work of the process
+    /// has it; once the work's life ends (its handle is dropped, or a detached work is
+    /// done) a new work may get it, as a new file may get a closed descriptor's number.
+    /// [`WorkInfo::id`](crate::WorkInfo::id) shows the same, so an exporter can tell
+    /// works with the same name apart.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let (a, b) = (sched.work(|_| Next::Park), sched.work(|_| Next::Park));
+    /// assert_ne!(a.id(), b.id());
+    /// let mut ids = Vec::new();
+    /// sched.works(|w| ids.push(w.id));
+    /// ids.sort();
+    /// let mut expected = vec![a.id(), b.id()];
+    /// expected.sort();
+    /// assert_eq!(ids, expected);
+    /// ```
+    pub fn id(&self) -> u64 {
+        self.inner.address() as u64
+    }
+
     /// The period used by [`Next::Again`] and [`touch`](Self::touch) (a timeout work's
     /// idle duration).
     pub fn period(&self) -> Duration {

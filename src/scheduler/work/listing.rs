@@ -24,9 +24,10 @@
 //! slot write, or for one pass that adds a reference per listed work, and never with
 //! the core lock.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::listed_slots::NOT_LISTED;
+use super::state::Kind;
 use super::{WorkRef, WorkStats};
 use crate::contain::contain;
 use crate::scheduler::shared::Shared;
@@ -93,7 +94,11 @@ impl Shared {
     pub(crate) fn visit_works(&self, mut f: impl FnMut(&WorkInfo<'_>)) {
         for work in self.live_works() {
             let state = work.header().state.load();
+            self.settle_period(work.header());
             let info = WorkInfo {
+                id: work.address() as u64,
+                kind: WorkKind::of(state.kind(), work.is_once()),
+                period: Duration::from_nanos(work.period_ns()),
                 name: work.name(),
                 stats: self.stats_of(&work),
                 deadline: self.deadline_of(&work),
@@ -122,6 +127,13 @@ impl Shared {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkInfo<'a> {
+    /// Its id, as [`Work::id`](crate::Work::id): works with the same default name (the
+    /// closure's type) still differ here.
+    pub id: u64,
+    /// Which constructor made it.
+    pub kind: WorkKind,
+    /// Its period, as [`Work::period`](crate::Work::period) (a timeout's idle time).
+    pub period: Duration,
     /// Its [`named`](crate::Work::named) name, or its closure's type name.
     pub name: &'a str,
     /// Its statistics, as [`Work::stats`](crate::Work::stats).
@@ -132,4 +144,60 @@ pub struct WorkInfo<'a> {
     pub running: bool,
     /// Whether its callback panicked (it never runs again).
     pub poisoned: bool,
+}
+
+/// Which constructor made a work, as [`WorkInfo::kind`] shows it. The per-object
+/// constructors (`work_for`, `every_for`, `timeout_for`) make the kind of their plain
+/// counterpart.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use nicework::{Next, Scheduler, WorkKind};
+///
+/// let sched = Scheduler::manual();
+/// let _reaper = sched.timeout(Duration::from_secs(30), |_| Next::Park);
+/// let mut kinds = Vec::new();
+/// sched.works(|w| kinds.push(w.kind));
+/// assert_eq!(kinds, [WorkKind::Timeout]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WorkKind {
+    /// [`Scheduler::work`](crate::Scheduler::work): its period follows its arms.
+    Work,
+    /// [`Scheduler::once`](crate::Scheduler::once): runs at most once.
+    Once,
+    /// [`Scheduler::every`](crate::Scheduler::every): a fixed period.
+    Every,
+    /// [`Scheduler::timeout`](crate::Scheduler::timeout): an idle timeout.
+    Timeout,
+}
+
+impl WorkKind {
+    fn of(kind: Kind, once: bool) -> WorkKind {
+        match kind {
+            Kind::Timeout => WorkKind::Timeout,
+            Kind::FixedPeriod => WorkKind::Every,
+            Kind::FollowsArms if once => WorkKind::Once,
+            Kind::FollowsArms => WorkKind::Work,
+        }
+    }
+
+    /// A lower-case name, for labels: `work`, `once`, `every` or `timeout`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkKind::Work => "work",
+            WorkKind::Once => "once",
+            WorkKind::Every => "every",
+            WorkKind::Timeout => "timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

@@ -94,7 +94,7 @@ pub(crate) mod timeout;
 pub(crate) use allocation::{Callback, Header, WorkInner, WorkRef};
 pub use ctx::{Ctx, Next};
 pub use handle::Work;
-pub use listing::WorkInfo;
+pub use listing::{WorkInfo, WorkKind};
 pub use object::ObjectRef;
 pub(crate) use stats::StatsCounters;
 pub use stats::WorkStats;

@@ -51,6 +51,17 @@ impl State {
         self.has(TIMEOUT)
     }
 
+    /// The kind the work was made as.
+    pub(crate) fn kind(self) -> Kind {
+        if self.has(TIMEOUT) {
+            Kind::Timeout
+        } else if self.has(FIXED_PERIOD) {
+            Kind::FixedPeriod
+        } else {
+            Kind::FollowsArms
+        }
+    }
+
     /// It has a live timer entry (see the ground rules).
     pub(crate) fn has_live_entry(self) -> bool {
         self.has(QUEUED)
