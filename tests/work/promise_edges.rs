@@ -37,21 +37,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::assert_no_round_broke;
-use common::{Rng, drop_flag};
+use common::{BOUND, FAR, Rng, drop_flag, flush_waits};
 use nicework::{Next, Scheduler, Work};
-
-/// Bound for one wait for a state inside a round.
-const BOUND: Duration = Duration::from_secs(10);
-
-/// A deadline far enough that nothing armed for it runs during a test.
-const FAR: Duration = Duration::from_secs(60);
-
-/// Flushes of `sched`'s works that waited for a run in progress (they are counted under
-/// the core lock just before the wait, after the wait-for edge was registered).
-fn flush_waits(sched: &Scheduler) -> u64 {
-    let lending = sched.metrics().lending;
-    lending.waited + lending.raised
-}
 
 // ---------------------------------------------------------------------------------------
 // BREAK: a wait that ended is still taken for a wait in the cycle check.
@@ -265,15 +252,11 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
 
 use common::child::{in_a_late_destructor, is_child};
 
-fn assert_child_passes(name: &str) {
-    common::child::assert_child_passes(module_path!(), name);
-}
-
 #[test]
 fn global_first_used_in_a_late_thread_local_destructor_runs_works() {
     const NAME: &str = "global_first_used_in_a_late_thread_local_destructor_runs_works";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let ran = Arc::new(AtomicBool::new(false));
     let out = ran.clone();
@@ -299,7 +282,7 @@ fn global_first_used_in_a_late_thread_local_destructor_runs_works() {
 fn a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself() {
     const NAME: &str = "a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let results = Arc::new(Mutex::new(Vec::new()));
     let out = results.clone();
@@ -357,7 +340,7 @@ fn a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself() {
 fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
     const NAME: &str = "a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     in_a_late_destructor(move || {
         let sched = Scheduler::builder().build().unwrap();
@@ -408,7 +391,7 @@ fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
 fn run_chunked_in_a_late_thread_local_destructor_completes() {
     const NAME: &str = "run_chunked_in_a_late_thread_local_destructor_completes";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let total = Arc::new(AtomicU64::new(0));
     let out = total.clone();
@@ -1011,7 +994,7 @@ impl tracing::Subscriber for TouchOnEvent {
 fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
     const NAME: &str = "a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let sched = Scheduler::manual();
     let flusher = Arc::new(sched.work(|_| Next::Park)); // parked: touch() arms it

@@ -28,61 +28,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{EVENTUALLY, assert_no_round_broke, eventually};
+use common::{
+    EVENTUALLY, FAR, assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds,
+    spin_until_eventually, thread_state, two_cpus,
+};
 use nicework::{Next, Scheduler, Work};
-
-/// A deadline far enough that nothing armed for it runs during a round.
-const FAR: Duration = Duration::from_secs(60);
-
-/// `base` rounds, times `NICEWORK_PROMISES_SCALE`.
-fn rounds(base: usize) -> usize {
-    let scale = std::env::var("NICEWORK_PROMISES_SCALE")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
-    base * scale
-}
-
-/// [`common::spin_until`] with the generous bound.
-fn spin_until(cond: impl FnMut() -> bool) -> bool {
-    common::spin_until(EVENTUALLY, cond)
-}
-
-/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`, ...): `S` while it
-/// sleeps, in a wait for a run, say.
-fn thread_state(tid: i32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// Two CPUs this thread may run on, if it may run on two: racing threads pinned to them
-/// run at the same time whenever both are runnable.
-fn two_cpus() -> Option<(usize, usize)> {
-    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return None;
-        }
-        set
-    };
-    let mut allowed = (0..libc::CPU_SETSIZE as usize).filter(|&cpu| {
-        // SAFETY: `cpu` is below CPU_SETSIZE.
-        unsafe { libc::CPU_ISSET(cpu, &set) }
-    });
-    Some((allowed.next()?, allowed.next()?))
-}
-
-/// Restricts the calling thread to `cpu`.
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // 1. cancel_sync against a concurrent re-arm.
@@ -195,11 +145,11 @@ fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> b
         let round = round.clone();
         Arc::new(sched.work(move |_| {
             round.started.store(true, SeqCst);
-            spin_until(|| round.reschedules.load(SeqCst) >= 50);
+            spin_until_eventually(|| round.reschedules.load(SeqCst) >= 50);
             let me = round.me.get().unwrap().upgrade().unwrap();
             me.cancel_sync(); // from inside: disarms, refuses re-arms until the run ends
             round.stop.store(true, SeqCst);
-            spin_until(|| round.stopped.load(SeqCst));
+            spin_until_eventually(|| round.stopped.load(SeqCst));
             Next::Park
         }))
     };
@@ -208,7 +158,7 @@ fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> b
     thread::scope(|s| {
         s.spawn(|| {
             // Not before the run began: a reschedule would move the run 60 s away.
-            spin_until(|| round.started.load(SeqCst));
+            spin_until_eventually(|| round.started.load(SeqCst));
             while !round.stop.load(SeqCst) {
                 work.reschedule(FAR);
                 round.reschedules.fetch_add(1, SeqCst);
@@ -248,16 +198,12 @@ fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
 
 use common::child::{in_a_late_destructor, is_child};
 
-fn assert_child_passes(name: &str) {
-    common::child::assert_child_passes(module_path!(), name);
-}
-
 #[test]
 fn dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort() {
     const NAME: &str =
         "dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let sched = Scheduler::builder().build().unwrap();
     let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
@@ -271,7 +217,7 @@ fn dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not
     const NAME: &str =
         "dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not_abort";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let sched = Scheduler::manual();
     let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
@@ -284,7 +230,7 @@ fn dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not
 fn flush_in_a_late_thread_local_destructor_runs_the_pending_work() {
     const NAME: &str = "flush_in_a_late_thread_local_destructor_runs_the_pending_work";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let sched = Scheduler::manual();
     let runs = Arc::new(AtomicU64::new(0));
@@ -349,7 +295,7 @@ fn dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run()
     const NAME: &str =
         "dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let freed = Arc::new(Mutex::new(None));
     let out = freed.clone();
@@ -371,7 +317,7 @@ fn cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the
     const NAME: &str =
         "cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
     if !is_child(NAME) {
-        return assert_child_passes(NAME);
+        return common::child::assert_child_passes(module_path!(), NAME);
     }
     let after = Arc::new(Mutex::new(None));
     let out = after.clone();
@@ -423,7 +369,7 @@ fn shutdown_during_a_yield_takeover() -> Vec<&'static str> {
     };
     assert!(work.schedule(Duration::ZERO));
     assert!(
-        spin_until(|| increments.load(SeqCst) >= 1),
+        spin_until_eventually(|| increments.load(SeqCst) >= 1),
         "the worker never ran an increment"
     );
     let flusher = {
@@ -436,14 +382,14 @@ fn shutdown_during_a_yield_takeover() -> Vec<&'static str> {
     // The flusher sleeps in `flush`, waiting for the worker's increment in progress (or,
     // if it came between two increments, it took the next one over at once).
     assert!(
-        spin_until(|| {
+        spin_until_eventually(|| {
             let tid = flusher_tid.load(SeqCst);
             on_flusher.load(SeqCst) || (tid != 0 && thread_state(tid) == Some('S'))
         }),
         "the flush never began"
     );
     // The moment that increment ends, the next one is pending for the flusher: shut down.
-    spin_until(|| !work.is_running());
+    spin_until_eventually(|| !work.is_running());
     drop(sched);
     flusher.join().unwrap();
 
@@ -649,7 +595,7 @@ fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
             short_done.store(round, SeqCst);
         } else {
             // (Or once the short arm returned: it may have come due and run meanwhile.)
-            spin_until(|| work.is_pending() || short_done.load(SeqCst) >= round);
+            spin_until_eventually(|| work.is_pending() || short_done.load(SeqCst) >= round);
             work.reschedule(LONG);
         }
     };
@@ -660,7 +606,9 @@ fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
                 pin_to_cpu(cpu);
             }
             for round in 1.. {
-                if !spin_until(|| go.load(SeqCst) >= round) || go.load(SeqCst) == usize::MAX {
+                if !spin_until_eventually(|| go.load(SeqCst) >= round)
+                    || go.load(SeqCst) == usize::MAX
+                {
                     return;
                 }
                 arm(round, round % 2 == 0);
@@ -682,7 +630,10 @@ fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
                 let start = Instant::now();
                 go.store(round, SeqCst);
                 arm(round, round % 2 == 1);
-                assert!(spin_until(|| done.load(SeqCst) >= round), "helper stuck");
+                assert!(
+                    spin_until_eventually(|| done.load(SeqCst) >= round),
+                    "helper stuck"
+                );
                 let period = work.period();
                 match work.deadline() {
                     None => skipped += 1, // the short arm came due and ran: no verdict
@@ -793,10 +744,4 @@ fn work_for_scheduled_in_new_cyclic_survives_a_run_during_construction() {
         assert!(work.schedule(CYCLIC_PERIOD));
         work
     });
-}
-
-/// The scheduler of the race rounds: the races are between the arming threads and the
-/// run, whatever the worker's priority.
-fn racing_sched() -> Scheduler {
-    common::normal_priority_builder().build().unwrap()
 }
