@@ -14,7 +14,9 @@
 //! - `arming_races`: `schedule_within`, `deadline`, `Next::At` and touches during runs
 //!   (which never override the callback's decision) under random and racing use.
 //! - `bad_input`: Bad input and calls in the wrong place.
-//! - `cancel_refusal`: `disable`/`enable` nest only with each other.
+//! - `cancel_refusal`: What `cancel_sync` refuses: every re-arm from the moment it is
+//!   called, a lock-free `reschedule` racing it too, and an `enable` without a matching
+//!   `disable` lifts nothing.
 //! - `containment`: Containment is total.
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.

@@ -1,8 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - `cancel_sync` refuses every re-arm from the moment it is called: a lock-free
-//!   `reschedule` racing with it (from another thread, or while the callback cancels
-//!   itself) must not leave the work pending once the cancel is over.
 //! - nicework's thread-locals may be gone when a user's thread-local destructor runs:
 //!   dropping the last `Scheduler`, `flush`, dropping a running work and `cancel_sync`
 //!   there must not abort the process (each case runs in a child process).
@@ -24,7 +21,7 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,163 +30,6 @@ use common::{
     spin_until_eventually, thread_state, two_cpus,
 };
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 1. cancel_sync against a concurrent re-arm.
-// ---------------------------------------------------------------------------------------
-
-/// One round: a run in progress, a live timer entry (so `reschedule` is lock-free), one
-/// thread re-arming the work with `reschedule` whenever it finds it not pending, while
-/// another (on another CPU) calls `cancel_sync`. The rescheduler stops once the cancel
-/// sleeps, waiting for the run, and before the run is released; so every reschedule
-/// happened before or during the `cancel_sync`, and the work must not be pending when it
-/// returned. Returns whether it was.
-fn cancel_sync_against_a_rescheduler(sched: &Scheduler) -> bool {
-    let (started_tx, started_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let work = sched.work(move |_| {
-        let _ = started_tx.send(());
-        let _ = release_rx.recv();
-        Next::Park
-    });
-    // Declared after `work`, so dropped first: a failing assertion releases the run
-    // before the work's drop waits for it.
-    let release_tx = release_tx;
-    assert!(work.schedule(Duration::ZERO));
-    started_rx
-        .recv_timeout(EVENTUALLY)
-        .expect("the work never started running");
-    // Armed during its run: this links a timer entry, so the reschedules below are one
-    // CAS each, without the lock.
-    work.reschedule(FAR);
-    assert!(work.is_pending() && work.is_running());
-
-    let stop = AtomicBool::new(false);
-    let canceller_tid = AtomicI32::new(0);
-    let cpus = two_cpus();
-    let pending_after = thread::scope(|s| {
-        let rescheduler = s.spawn(|| {
-            if let Some((cpu, _)) = cpus {
-                pin_to_cpu(cpu);
-            }
-            while !stop.load(SeqCst) {
-                // Re-arm the moment the cancel disarmed it.
-                if !work.is_pending() {
-                    work.reschedule(FAR);
-                }
-                std::hint::spin_loop();
-            }
-        });
-        let canceller = s.spawn(|| {
-            if let Some((_, cpu)) = cpus {
-                pin_to_cpu(cpu);
-            }
-            canceller_tid.store(common::gettid(), SeqCst);
-            work.cancel_sync()
-        });
-        // cancel_sync sleeps: it waits for the run, and refuses every re-arm.
-        let waiting = eventually(|| {
-            let tid = canceller_tid.load(SeqCst);
-            tid != 0 && thread_state(tid) == Some('S')
-        });
-        stop.store(true, SeqCst);
-        rescheduler.join().unwrap();
-        // Every reschedule is over; now let the run end, and with it the cancel_sync.
-        release_tx.send(()).unwrap();
-        canceller.join().unwrap();
-        assert!(waiting, "cancel_sync never waited for the run");
-        assert!(!work.is_running());
-        work.is_pending()
-    });
-    work.cancel_sync();
-    pending_after
-}
-
-#[test]
-fn cancel_sync_refuses_a_lock_free_reschedule_racing_it() {
-    let sched = racing_sched();
-    let total = rounds(300);
-    let broke = (0..total)
-        .filter(|_| cancel_sync_against_a_rescheduler(&sched))
-        .count();
-    assert_no_round_broke(
-        "cancel_sync against a concurrent reschedule",
-        broke,
-        total,
-        "(the work was pending after cancel_sync returned, re-armed by a reschedule \
-         that came after the cancel began and before it returned)",
-    );
-}
-
-/// One round: the callback cancels its own work with `cancel_sync` while another thread
-/// reschedules it in a loop; the callback then stops the rescheduler and waits until its
-/// last reschedule returned before it returns. Each reschedule came before the cancel
-/// (and was disarmed by it) or after it began and before the run ended (and must be
-/// refused), so the work must not be pending after the run. Returns whether it was.
-fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> bool {
-    struct Round {
-        me: OnceLock<Weak<Work>>,
-        started: AtomicBool,
-        reschedules: AtomicUsize,
-        stop: AtomicBool,
-        stopped: AtomicBool,
-    }
-    let round = Arc::new(Round {
-        me: OnceLock::new(),
-        started: AtomicBool::new(false),
-        reschedules: AtomicUsize::new(0),
-        stop: AtomicBool::new(false),
-        stopped: AtomicBool::new(false),
-    });
-    let work = {
-        let round = round.clone();
-        Arc::new(sched.work(move |_| {
-            round.started.store(true, SeqCst);
-            spin_until_eventually(|| round.reschedules.load(SeqCst) >= 50);
-            let me = round.me.get().unwrap().upgrade().unwrap();
-            me.cancel_sync(); // from inside: disarms, refuses re-arms until the run ends
-            round.stop.store(true, SeqCst);
-            spin_until_eventually(|| round.stopped.load(SeqCst));
-            Next::Park
-        }))
-    };
-    round.me.set(Arc::downgrade(&work)).unwrap();
-    assert!(work.schedule(Duration::ZERO));
-    thread::scope(|s| {
-        s.spawn(|| {
-            // Not before the run began: a reschedule would move the run 60 s away.
-            spin_until_eventually(|| round.started.load(SeqCst));
-            while !round.stop.load(SeqCst) {
-                work.reschedule(FAR);
-                round.reschedules.fetch_add(1, SeqCst);
-            }
-            round.stopped.store(true, SeqCst);
-        });
-        assert!(
-            eventually(|| work.stats().runs == 1 && !work.is_running()),
-            "the run never ended"
-        );
-    });
-    let pending_after = work.is_pending();
-    work.cancel_sync();
-    pending_after
-}
-
-#[test]
-fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
-    let sched = racing_sched();
-    let total = rounds(300);
-    let broke = (0..total)
-        .filter(|_| cancel_sync_inside_the_callback_against_a_rescheduler(&sched))
-        .count();
-    assert_no_round_broke(
-        "cancel_sync inside the callback against a concurrent reschedule",
-        broke,
-        total,
-        "(the work was pending after the run, re-armed by a reschedule that came after \
-         the in-callback cancel_sync began and before the run ended)",
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // 2. Late thread-local destructors. Each case runs in a child process: the failure it
