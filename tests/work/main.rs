@@ -24,6 +24,9 @@
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
 //!   creation, drop, poison, detach and `once` from other threads, and against every way
 //!   a work's life ends, from inside the listing and beside it.
+//! - `late_thread_locals`: Dropping a scheduler, `flush`, `cancel_sync`, dropping a
+//!   running work, `global()`, wait cycles and `run_chunked` in a thread-local destructor
+//!   that runs after nicework's own.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `lone_runs`: Far deadlines through a hosted driver, arms made while a lone run holds
@@ -61,6 +64,7 @@ mod containment;
 mod detach;
 mod faults;
 mod flush_scope;
+mod late_thread_locals;
 mod listing;
 mod lock_free_arming;
 mod lone_runs;

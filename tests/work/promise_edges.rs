@@ -8,9 +8,6 @@
 //! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
 //!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
 //!   does not deadlock the thread that broke the cycle;
-//! - late thread-local destructors: `global()` first used there, a callback flushed
-//!   there that cancels, flushes and drops itself, a wait cycle through such a callback,
-//!   `run_chunked` there (each in a child process);
 //! - shutdown racing arms, touches, flushes of a yielding work, cancels and detaches
 //!   leaves every work inert and frees every detached closure;
 //! - a `work()`'s period agrees with its deadline under three racing arms and runs that
@@ -37,6 +34,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::assert_no_round_broke;
+use common::child::is_child;
 use common::{BOUND, FAR, Rng, drop_flag, flush_waits};
 use nicework::{Next, Scheduler, Work};
 
@@ -243,185 +241,6 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
         completed,
         "(one scheduler, two workers)",
     );
-}
-
-// ---------------------------------------------------------------------------------------
-// HELD: late thread-local destructors (each in a child process: the failure is an abort
-// or a hang).
-// ---------------------------------------------------------------------------------------
-
-use common::child::{in_a_late_destructor, is_child};
-
-#[test]
-fn global_first_used_in_a_late_thread_local_destructor_runs_works() {
-    const NAME: &str = "global_first_used_in_a_late_thread_local_destructor_runs_works";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let ran = Arc::new(AtomicBool::new(false));
-    let out = ran.clone();
-    in_a_late_destructor(move || {
-        let (tx, rx) = mpsc::channel();
-        let work = nicework::global().work(move |_| {
-            let _ = tx.send(());
-            Next::Park
-        });
-        assert!(work.schedule(Duration::ZERO));
-        rx.recv_timeout(BOUND)
-            .expect("the global scheduler ran nothing");
-        drop(work);
-        out.store(true, SeqCst);
-    })
-    .join()
-    .unwrap();
-    assert!(ran.load(SeqCst));
-    println!("CHILD-OK");
-}
-
-#[test]
-fn a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself() {
-    const NAME: &str = "a_callback_flushed_in_a_late_destructor_cancels_flushes_and_drops_itself";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let results = Arc::new(Mutex::new(Vec::new()));
-    let out = results.clone();
-    in_a_late_destructor(move || {
-        let sched = Scheduler::manual();
-        // cancel_sync and flush of itself, then a re-arm of its own: refused.
-        let slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
-        let inner_flush = Arc::new(AtomicBool::new(true));
-        let work = {
-            let (slot, inner_flush) = (slot.clone(), inner_flush.clone());
-            Arc::new(sched.work(move |_| {
-                let me = slot.get().unwrap().upgrade().unwrap();
-                me.cancel_sync();
-                inner_flush.store(me.flush(), SeqCst);
-                Next::Again
-            }))
-        };
-        slot.set(Arc::downgrade(&work)).unwrap();
-        work.schedule(Duration::ZERO);
-        let flushed = work.flush();
-        out.lock().unwrap().push((
-            "cancel_sync+flush",
-            flushed && !inner_flush.load(SeqCst) && !work.is_pending(),
-        ));
-        // drop of itself: the closure is freed after the run.
-        let holder: Arc<Mutex<Option<Work>>> = Arc::new(Mutex::new(None));
-        let (flag, freed) = drop_flag();
-        let work = {
-            let holder = holder.clone();
-            sched.work(move |_| {
-                let _keep = &flag;
-                drop(holder.lock().unwrap().take());
-                Next::Again
-            })
-        };
-        work.schedule(Duration::ZERO);
-        *holder.lock().unwrap() = Some(work);
-        let ran = sched.advance(Duration::ZERO);
-        out.lock()
-            .unwrap()
-            .push(("drop", ran == 1 && freed.load(SeqCst)));
-    })
-    .join()
-    .unwrap();
-    let results = results.lock().unwrap().clone();
-    assert_eq!(
-        results,
-        vec![("cancel_sync+flush", true), ("drop", true)],
-        "in a late destructor"
-    );
-    println!("CHILD-OK");
-}
-
-#[test]
-fn a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken() {
-    const NAME: &str = "a_wait_cycle_through_a_callback_flushed_in_a_late_destructor_is_broken";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    in_a_late_destructor(move || {
-        let sched = Scheduler::builder().build().unwrap();
-        let manual = Scheduler::manual();
-        let a_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
-        let b_slot: Arc<OnceLock<Weak<Work>>> = Arc::new(OnceLock::new());
-        let b_started = Arc::new(AtomicBool::new(false));
-        let waits_before = flush_waits(&sched);
-        // B, on the worker: waits until A's flush sleeps in its wait for B, then
-        // cancel_syncs A (a cycle: it must not wait).
-        let b = {
-            let (a_slot, b_started, sched2) = (a_slot.clone(), b_started.clone(), sched.clone());
-            Arc::new(sched.work(move |_| {
-                b_started.store(true, SeqCst);
-                common::spin_until(BOUND, || flush_waits(&sched2) > waits_before);
-                if let Some(a) = a_slot.get().and_then(Weak::upgrade) {
-                    a.cancel_sync();
-                }
-                Next::Park
-            }))
-        };
-        // A, flushed on this (late) thread: flushes B while B runs.
-        let a = {
-            let (b_slot, b_started) = (b_slot.clone(), b_started.clone());
-            Arc::new(manual.work(move |_| {
-                common::spin_until(BOUND, || b_started.load(SeqCst));
-                if let Some(b) = b_slot.get().and_then(Weak::upgrade) {
-                    b.flush();
-                }
-                Next::Again
-            }))
-        };
-        a_slot.set(Arc::downgrade(&a)).unwrap();
-        b_slot.set(Arc::downgrade(&b)).unwrap();
-        b.schedule(Duration::ZERO);
-        a.schedule(Duration::ZERO);
-        assert!(a.flush());
-        assert!(!a.is_pending(), "A's own re-arm was not refused");
-        drop(a);
-        drop(b);
-    })
-    .join()
-    .unwrap();
-    println!("CHILD-OK");
-}
-
-#[test]
-fn run_chunked_in_a_late_thread_local_destructor_completes() {
-    const NAME: &str = "run_chunked_in_a_late_thread_local_destructor_completes";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let total = Arc::new(AtomicU64::new(0));
-    let out = total.clone();
-    in_a_late_destructor(move || {
-        let sched = Scheduler::builder().workers(2).build().unwrap();
-        sched
-            .run_chunked(0..10_000, 16, |range| {
-                out.fetch_add(range.len() as u64, SeqCst);
-                Ok::<(), ()>(())
-            })
-            .unwrap();
-        // And from inside a callback flushed there.
-        let manual = Scheduler::manual();
-        let (sched2, out2) = (sched.clone(), out.clone());
-        let work = manual.work(move |_| {
-            sched2
-                .run_chunked(0..1_000, 4, |range| {
-                    out2.fetch_add(range.len() as u64, SeqCst);
-                    Ok::<(), ()>(())
-                })
-                .unwrap();
-            Next::Park
-        });
-        work.schedule(Duration::ZERO);
-        assert!(work.flush());
-    })
-    .join()
-    .unwrap();
-    assert_eq!(total.load(SeqCst), 11_000);
-    println!("CHILD-OK");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,8 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - nicework's thread-locals may be gone when a user's thread-local destructor runs:
-//!   dropping the last `Scheduler`, `flush`, dropping a running work and `cancel_sync`
-//!   there must not abort the process (each case runs in a child process).
 //! - after shutdown during a `flush` that took over `Yield` increments, the work is inert.
 //! - a real scheduler's clock is never behind `Instant::now()`, and a deadline is never
 //!   before `Instant::now()` (read before the arm) plus the delay.
@@ -21,158 +18,15 @@
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    EVENTUALLY, FAR, assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds,
+    FAR, assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds,
     spin_until_eventually, thread_state, two_cpus,
 };
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 2. Late thread-local destructors. Each case runs in a child process: the failure it
-//    guards against is an abort.
-// ---------------------------------------------------------------------------------------
-
-use common::child::{in_a_late_destructor, is_child};
-
-#[test]
-fn dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort() {
-    const NAME: &str =
-        "dropping_the_last_real_scheduler_in_a_late_thread_local_destructor_does_not_abort";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let sched = Scheduler::builder().build().unwrap();
-    let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
-    in_a_late_destructor(move || drop(sched)).join().unwrap();
-    common::assert_inert(&work); // the drop shut the scheduler down
-    println!("CHILD-OK");
-}
-
-#[test]
-fn dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not_abort() {
-    const NAME: &str =
-        "dropping_the_last_manual_scheduler_in_a_late_thread_local_destructor_does_not_abort";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let sched = Scheduler::manual();
-    let work = sched.every(Duration::from_secs(3600), |_| Next::Again);
-    in_a_late_destructor(move || drop(sched)).join().unwrap();
-    common::assert_inert(&work);
-    println!("CHILD-OK");
-}
-
-#[test]
-fn flush_in_a_late_thread_local_destructor_runs_the_pending_work() {
-    const NAME: &str = "flush_in_a_late_thread_local_destructor_runs_the_pending_work";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let sched = Scheduler::manual();
-    let runs = Arc::new(AtomicU64::new(0));
-    let counter = runs.clone();
-    let work = sched.work(move |_| {
-        counter.fetch_add(1, SeqCst);
-        Next::Park
-    });
-    assert!(work.schedule(Duration::from_secs(3600)));
-    let flushed = Arc::new(AtomicBool::new(false));
-    let out = flushed.clone();
-    in_a_late_destructor(move || out.store(work.flush(), SeqCst))
-        .join()
-        .unwrap();
-    assert!(flushed.load(SeqCst), "flush returned false");
-    assert_eq!(runs.load(SeqCst), 1, "flush did not run the pending work");
-    drop(sched);
-    println!("CHILD-OK");
-}
-
-/// A real scheduler and a work whose callback runs (on the worker) until released; the
-/// handle, and a flag that its closure was dropped, are given to `end` in a late
-/// destructor, and the run is released once that thread sleeps (waiting for the run).
-/// Returns the scheduler.
-fn end_a_running_work_in_a_late_destructor(
-    end: impl FnOnce(Work, &AtomicBool) + Send + 'static,
-) -> Scheduler {
-    let sched = Scheduler::builder().build().unwrap();
-    let (started_tx, started_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let (flag, dropped) = common::drop_flag();
-    let work = sched.work(move |_| {
-        let _keep = &flag;
-        let _ = started_tx.send(());
-        let _ = release_rx.recv();
-        Next::Park
-    });
-    let release_tx = release_tx; // dropped before `work`: a failure releases the run
-    assert!(work.schedule(Duration::ZERO));
-    started_rx
-        .recv_timeout(EVENTUALLY)
-        .expect("the work never started running");
-    let tid = Arc::new(AtomicI32::new(0));
-    let late_tid = tid.clone();
-    let late = in_a_late_destructor(move || {
-        late_tid.store(common::gettid(), SeqCst);
-        end(work, &dropped);
-    });
-    // Released once the late destructor sleeps in its wait for the run (or, failing that,
-    // after the liveness bound: the checks still apply).
-    eventually(|| {
-        let tid = tid.load(SeqCst);
-        tid != 0 && thread_state(tid) == Some('S')
-    });
-    release_tx.send(()).unwrap();
-    late.join().unwrap();
-    sched
-}
-
-#[test]
-fn dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run() {
-    const NAME: &str =
-        "dropping_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let freed = Arc::new(Mutex::new(None));
-    let out = freed.clone();
-    let sched = end_a_running_work_in_a_late_destructor(move |work, dropped| {
-        drop(work);
-        *out.lock().unwrap() = Some(dropped.load(SeqCst));
-    });
-    assert_eq!(
-        *freed.lock().unwrap(),
-        Some(true),
-        "the work's closure was not freed when its drop returned"
-    );
-    drop(sched);
-    println!("CHILD-OK");
-}
-
-#[test]
-fn cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run() {
-    const NAME: &str =
-        "cancel_sync_of_a_running_work_in_a_late_thread_local_destructor_waits_for_the_run";
-    if !is_child(NAME) {
-        return common::child::assert_child_passes(module_path!(), NAME);
-    }
-    let after = Arc::new(Mutex::new(None));
-    let out = after.clone();
-    let sched = end_a_running_work_in_a_late_destructor(move |work, _| {
-        work.cancel_sync();
-        *out.lock().unwrap() = Some((work.is_running(), work.is_pending(), work.stats().runs));
-    });
-    assert_eq!(
-        *after.lock().unwrap(),
-        Some((false, false, 1)),
-        "(running, pending, runs) when cancel_sync returned: it did not wait for the run"
-    );
-    drop(sched);
-    println!("CHILD-OK");
-}
 
 // ---------------------------------------------------------------------------------------
 // 3. Shutdown during a flush that took over `Yield` increments.
