@@ -42,6 +42,8 @@
 //! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
 //!   callback does not join its workers, so a worker whose callback waits for the dropping
 //!   callback cannot deadlock it.
+//! - `shutdown`: Shutdown racing arms, touches, flushes, cancels, detaches and `Yield`
+//!   takeovers leaves every work inert.
 //! - `sleeping_worker`: The worker's sleep against arms, cancels, re-arms and shutdown
 //!   racing it, on the timerfd and on the portable alarm.
 //! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
@@ -77,6 +79,7 @@ mod promise_edges;
 mod promises;
 mod reference_model;
 mod scheduler_drop_in_callback;
+mod shutdown;
 mod sleeping_worker;
 mod stale_entries;
 mod stress;

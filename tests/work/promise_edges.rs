@@ -8,8 +8,6 @@
 //! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
 //!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
 //!   does not deadlock the thread that broke the cycle;
-//! - shutdown racing arms, touches, flushes of a yielding work, cancels and detaches
-//!   leaves every work inert and frees every detached closure;
 //! - a `work()`'s period agrees with its deadline under three racing arms and runs that
 //!   return `Again`;
 //! - per-object works: a constructor that panics while runs come, a dead `Weak`, a zero
@@ -18,8 +16,7 @@
 //! - never early by the real clock: `Next::At`, `schedule_within`, `reschedule`, `Again`,
 //!   and a timeout work never runs within idle of a touch that returned before the run
 //!   began;
-//! - `flush` racing `cancel` and re-arms is true exactly when it ran the work; a
-//!   manual scheduler's shutdown ends a flush that takes over `Yield` increments.
+//! - `flush` racing `cancel` and re-arms is true exactly when it ran the work.
 //!
 //! Race tests repeat rounds and fail if any round broke the promise; waits are for
 //! states, bounded, and nothing asserts a timing.
@@ -28,8 +25,8 @@ use crate::common;
 
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock, Weak, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -240,163 +237,6 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
         broke,
         completed,
         "(one scheduler, two workers)",
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// HELD: shutdown racing everything leaves every work inert.
-// ---------------------------------------------------------------------------------------
-
-/// Everything that must hold of `work` once its scheduler is gone and nothing runs.
-fn inertness_violations(work: &Work) -> Vec<&'static str> {
-    let mut wrong = Vec::new();
-    if work.is_pending() {
-        wrong.push("pending");
-    }
-    if work.is_running() {
-        wrong.push("running");
-    }
-    if work.schedule(Duration::ZERO) || work.is_pending() {
-        wrong.push("schedule armed it");
-    }
-    if work.reschedule(FAR) || work.is_pending() {
-        wrong.push("reschedule armed it");
-    }
-    if work.schedule_within(Duration::from_millis(1)) || work.is_pending() {
-        wrong.push("schedule_within armed it");
-    }
-    work.touch();
-    if work.is_pending() {
-        wrong.push("touch armed it");
-    }
-    if work.flush() {
-        wrong.push("flush returned true");
-    }
-    if work.cancel() {
-        wrong.push("cancel returned true");
-    }
-    if work.cancel_sync() {
-        wrong.push("cancel_sync returned true");
-    }
-    wrong
-}
-
-/// One round: works of every kind (one yielding, one re-arming with `Again`, a timeout, a
-/// long runner, and detached ones) hammered by threads that arm, touch, flush and cancel,
-/// while the only `Scheduler` handle is dropped. Returns what was wrong afterwards.
-fn shutdown_race_round(seed: u64) -> Vec<&'static str> {
-    let sched = common::normal_priority_builder()
-        .workers(2)
-        .back_off(false)
-        .build()
-        .unwrap();
-    let works: Vec<Work> = vec![
-        sched.work(|_| {
-            common::counted::spin(Duration::from_micros(50));
-            Next::Yield
-        }),
-        sched.every(Duration::from_micros(100), |_| Next::Again),
-        sched.timeout(Duration::from_micros(200), |_| Next::Park),
-        sched.work(|_| {
-            common::counted::spin(Duration::from_micros(300));
-            Next::After(Duration::ZERO)
-        }),
-    ];
-    for work in &works {
-        work.schedule(Duration::ZERO);
-    }
-    let mut freed = Vec::new();
-    for i in 0..3 {
-        let (flag, was_freed) = drop_flag();
-        let work = sched.work(move |_| {
-            let _keep = &flag;
-            common::counted::spin(Duration::from_micros(20 * i));
-            Next::Yield
-        });
-        work.schedule(Duration::ZERO);
-        freed.push(was_freed);
-        if i == 0 {
-            work.detach();
-        } else {
-            // Detached by another thread, around the shutdown.
-            let (tx, rx) = mpsc::channel::<Work>();
-            thread::spawn(move || {
-                if let Ok(work) = rx.recv() {
-                    work.detach();
-                }
-            });
-            tx.send(work).unwrap();
-        }
-    }
-    let stop = AtomicBool::new(false);
-    let started = AtomicUsize::new(0);
-    thread::scope(|s| {
-        for t in 0..3u64 {
-            let (works, stop, started) = (&works, &stop, &started);
-            s.spawn(move || {
-                let mut rng = Rng(seed.wrapping_mul(31).wrapping_add(t + 1) | 1);
-                started.fetch_add(1, SeqCst);
-                while !stop.load(SeqCst) {
-                    let work = &works[(rng.next() % works.len() as u64) as usize];
-                    match (rng.next() % 8, t) {
-                        (_, 0) => {
-                            work.flush();
-                        }
-                        (0 | 1, _) => {
-                            work.reschedule(Duration::from_micros(rng.next() % 300));
-                        }
-                        (2, _) => {
-                            work.schedule(Duration::ZERO);
-                        }
-                        (3, _) => {
-                            work.schedule_within(Duration::from_micros(rng.next() % 300));
-                        }
-                        (4 | 5, _) => work.touch(),
-                        (6, _) => {
-                            work.cancel();
-                        }
-                        _ => {
-                            work.cancel_sync();
-                            work.schedule(Duration::ZERO);
-                        }
-                    }
-                }
-            });
-        }
-        common::spin_until(BOUND, || started.load(SeqCst) == 3);
-        thread::sleep(Duration::from_micros(seed % 2_000));
-        drop(sched);
-        // A little more racing after the shutdown, then quiet.
-        thread::sleep(Duration::from_micros(200));
-        stop.store(true, SeqCst);
-    });
-    let mut wrong = Vec::new();
-    for work in &works {
-        wrong.extend(inertness_violations(work));
-    }
-    if !common::spin_until(BOUND, || freed.iter().all(|f| f.load(SeqCst))) {
-        wrong.push("a detached closure was never freed");
-    }
-    wrong
-}
-
-#[test]
-fn shutdown_racing_arms_touches_flushes_cancels_and_detaches_leaves_every_work_inert() {
-    let rounds = 60;
-    let mut seen = BTreeMap::new();
-    let mut broke = 0;
-    for round in 0..rounds {
-        let wrong = shutdown_race_round(0x9e37_79b9 ^ (round as u64 * 7919));
-        broke += usize::from(!wrong.is_empty());
-        for what in wrong {
-            *seen.entry(what).or_insert(0usize) += 1;
-        }
-    }
-    assert_no_round_broke(
-        "after shutdown nothing is armed",
-        broke,
-        rounds,
-        &format!("({seen:?})"),
     );
 }
 
@@ -946,38 +786,4 @@ fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_parking_work() {
 #[test]
 fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_yielding_work() {
     flush_is_true_exactly_when_it_ran(Next::Yield);
-}
-
-/// A flush that runs a yielding work's increments for ever on a manual scheduler: the
-/// last handle dropped from another thread ends it, and leaves the work inert.
-#[test]
-fn shutdown_of_a_manual_scheduler_ends_a_flush_taking_over_yield_increments() {
-    for round in 0..50u64 {
-        let sched = Scheduler::manual();
-        let increments = Arc::new(AtomicU64::new(0));
-        let counter = increments.clone();
-        let work = Arc::new(sched.work(move |_| {
-            counter.fetch_add(1, SeqCst);
-            common::counted::spin(Duration::from_micros(20));
-            Next::Yield
-        }));
-        work.schedule(Duration::ZERO);
-        let flusher = {
-            let work = work.clone();
-            thread::spawn(move || work.flush())
-        };
-        common::spin_until(BOUND, || increments.load(SeqCst) > round % 7);
-        drop(sched);
-        let done = common::spin_until(BOUND, || flusher.is_finished());
-        assert!(
-            done,
-            "the flush never returned after shutdown (round {round})"
-        );
-        assert!(flusher.join().unwrap());
-        let wrong = inertness_violations(&work);
-        assert!(
-            wrong.is_empty(),
-            "after shutdown (round {round}): {wrong:?}"
-        );
-    }
 }

@@ -1,6 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - after shutdown during a `flush` that took over `Yield` increments, the work is inert.
 //! - a real scheduler's clock is never behind `Instant::now()`, and a deadline is never
 //!   before `Instant::now()` (read before the arm) plus the delay.
 //! - `stats()` never shows more parks than runs.
@@ -17,118 +16,16 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    FAR, assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds,
-    spin_until_eventually, thread_state, two_cpus,
+    assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds, spin_until_eventually,
+    two_cpus,
 };
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 3. Shutdown during a flush that took over `Yield` increments.
-// ---------------------------------------------------------------------------------------
-
-/// One round: a work that yields after ~300 µs of busy work per increment, on a worker;
-/// a flush from another thread during an increment (it waits for that increment, then
-/// takes the next ones over); and the last scheduler handle dropped the moment that
-/// increment ended, before the flusher took the next one. Returns what was wrong with the
-/// work after the flush returned and the scheduler was gone.
-fn shutdown_during_a_yield_takeover() -> Vec<&'static str> {
-    let sched = Scheduler::builder()
-        .workers(1)
-        .back_off(false)
-        .build()
-        .unwrap();
-    let flusher_tid = Arc::new(AtomicI32::new(0));
-    let on_flusher = Arc::new(AtomicBool::new(false));
-    let increments = Arc::new(AtomicU64::new(0));
-    let work = {
-        let (flusher_tid, on_flusher, increments) =
-            (flusher_tid.clone(), on_flusher.clone(), increments.clone());
-        Arc::new(sched.work(move |_| {
-            if common::gettid() == flusher_tid.load(SeqCst) {
-                on_flusher.store(true, SeqCst);
-            }
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_micros(300) {
-                std::hint::spin_loop();
-            }
-            increments.fetch_add(1, SeqCst);
-            Next::Yield
-        }))
-    };
-    assert!(work.schedule(Duration::ZERO));
-    assert!(
-        spin_until_eventually(|| increments.load(SeqCst) >= 1),
-        "the worker never ran an increment"
-    );
-    let flusher = {
-        let (work, flusher_tid) = (work.clone(), flusher_tid.clone());
-        thread::spawn(move || {
-            flusher_tid.store(common::gettid(), SeqCst);
-            work.flush()
-        })
-    };
-    // The flusher sleeps in `flush`, waiting for the worker's increment in progress (or,
-    // if it came between two increments, it took the next one over at once).
-    assert!(
-        spin_until_eventually(|| {
-            let tid = flusher_tid.load(SeqCst);
-            on_flusher.load(SeqCst) || (tid != 0 && thread_state(tid) == Some('S'))
-        }),
-        "the flush never began"
-    );
-    // The moment that increment ends, the next one is pending for the flusher: shut down.
-    spin_until_eventually(|| !work.is_running());
-    drop(sched);
-    flusher.join().unwrap();
-
-    let mut wrong = Vec::new();
-    if work.is_pending() {
-        wrong.push("pending");
-    }
-    if work.flush() {
-        wrong.push("flush() returned true");
-    }
-    if work.cancel() {
-        wrong.push("cancel() returned true");
-    }
-    if work.reschedule(FAR) || work.is_pending() {
-        wrong.push("reschedule armed it");
-    }
-    work.cancel();
-    if work.schedule(FAR) || work.is_pending() {
-        wrong.push("schedule armed it");
-    }
-    work.cancel();
-    wrong
-}
-
-#[test]
-fn shutdown_during_a_flush_that_took_over_yield_increments_leaves_the_work_inert() {
-    let total = rounds(200);
-    let mut seen = std::collections::BTreeMap::new();
-    let mut broke = 0;
-    for _ in 0..total {
-        let wrong = shutdown_during_a_yield_takeover();
-        if !wrong.is_empty() {
-            broke += 1;
-        }
-        for what in wrong {
-            *seen.entry(what).or_insert(0usize) += 1;
-        }
-    }
-    assert_no_round_broke(
-        "a work is inert after shutdown during a Yield takeover",
-        broke,
-        total,
-        &format!("(after the flush returned and the scheduler was gone: {seen:?})"),
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // 4. The real clock against `Instant`.
