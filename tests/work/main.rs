@@ -34,6 +34,8 @@
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
 //!   manual scheduler, where time is virtual and every interleaving is chosen by the test.
 //! - `manual_ticks`: The manual clock at sub-slack resolution.
+//! - `never_early`: A real scheduler's clock is `Instant`'s, and no run, re-armed or
+//!   touched, begins before its deadline by the real clock.
 //! - `once`: `Scheduler::once` runs at most once, frees its closure with that run, and
 //!   refuses every later arm.
 //! - `promise_edges`: The edges of the promises, written as legal safe code against them.
@@ -72,6 +74,7 @@ mod lock_free_arming;
 mod lone_runs;
 mod manual;
 mod manual_ticks;
+mod never_early;
 mod once;
 mod promise_edges;
 // Waits for thread states in `/proc/self/task/TID/stat` and pins threads to CPUs: Linux's.

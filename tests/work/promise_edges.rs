@@ -13,9 +13,6 @@
 //! - per-object works: a constructor that panics while runs come, a dead `Weak`, a zero
 //!   period, a touch or a `cancel_sync` during construction;
 //! - `stats()`: `parks <= runs` and both only grow, with flush runs and worker runs;
-//! - never early by the real clock: `Next::At`, `schedule_within`, `reschedule`, `Again`,
-//!   and a timeout work never runs within idle of a touch that returned before the run
-//!   began;
 //! - `flush` racing `cancel` and re-arms is true exactly when it ran the work.
 //!
 //! Race tests repeat rounds and fail if any round broke the promise; waits are for
@@ -23,7 +20,6 @@
 
 use crate::common;
 
-use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -509,115 +505,6 @@ fn stats_counts_never_show_more_parks_than_runs_and_never_go_back() {
         "{} bad snapshots, first (previous, now) as (runs, parks): {:?}",
         bad.len(),
         bad.first()
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// HELD: never early by the real clock.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn runs_are_never_early_by_the_real_clock_for_at_schedule_within_reschedule_and_again() {
-    let sched = Scheduler::builder().workers(2).build().unwrap();
-    let early = Arc::new(Mutex::new(Vec::new()));
-    let runs = Arc::new(AtomicU64::new(0));
-    let mk = |kind: &'static str, next: fn(&mut nicework::Ctx<'_>, u64) -> Next| {
-        let (early, runs) = (early.clone(), runs.clone());
-        let mut n = 0u64;
-        sched.work(move |cx| {
-            let now = Instant::now();
-            if now < cx.deadline() {
-                early.lock().unwrap().push((kind, cx.deadline() - now));
-            }
-            runs.fetch_add(1, SeqCst);
-            n += 1;
-            next(cx, n)
-        })
-    };
-    let at = mk("At", |_, n| {
-        Next::At(Instant::now() + Duration::from_micros(137 * (n % 13)))
-    });
-    let again = mk("Again", |_, _| Next::Again);
-    let after = mk("After", |_, n| {
-        Next::After(Duration::from_nanos(9_973 * (n % 29)))
-    });
-    let armed = mk("schedule_within/reschedule", |_, _| Next::Park);
-    at.schedule(Duration::ZERO);
-    again.schedule(Duration::from_micros(250));
-    after.schedule(Duration::ZERO);
-    let mut rng = Rng(12345);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(1) {
-        let d = Duration::from_nanos(rng.next() % 700_000);
-        if rng.next() % 2 == 0 {
-            armed.schedule_within(d);
-        } else {
-            armed.reschedule(d);
-        }
-        let before = Instant::now();
-        let now = sched.now();
-        assert!(
-            before <= now && now <= Instant::now(),
-            "now() is off Instant"
-        );
-        thread::sleep(Duration::from_micros(rng.next() % 300));
-    }
-    drop((at, again, after, armed));
-    assert!(runs.load(SeqCst) > 100);
-    let early = early.lock().unwrap();
-    assert!(
-        early.is_empty(),
-        "{} runs before cx.deadline() by the real clock, first: {:?}",
-        early.len(),
-        early.first()
-    );
-}
-
-#[test]
-fn a_timeout_never_runs_within_idle_of_a_touch_that_returned_before_the_run_began() {
-    const IDLE: Duration = Duration::from_millis(10);
-    let sched = Scheduler::builder().build().unwrap();
-    let starts = Arc::new(Mutex::new(BTreeMap::new()));
-    let out = starts.clone();
-    let work = sched.timeout(IDLE, move |cx| {
-        out.lock().unwrap().insert(cx.runs(), Instant::now());
-        if cx.runs() % 2 == 0 {
-            Next::Park
-        } else {
-            Next::Again
-        }
-    });
-    // (runs completed, time before the touch) for every touch after which the work was
-    // seen not running: run `runs + 1` began after that touch returned.
-    let mut touches = Vec::new();
-    let mut rng = Rng(777);
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(2) {
-        let before = Instant::now();
-        work.touch();
-        let running = work.is_running();
-        let runs = work.stats().runs;
-        if !running {
-            touches.push((runs, before));
-        }
-        thread::sleep(Duration::from_micros(rng.next() % 25_000));
-    }
-    work.cancel_sync();
-    let starts = starts.lock().unwrap();
-    assert!(starts.len() > 10, "only {} runs", starts.len());
-    let early: Vec<_> = touches
-        .iter()
-        .filter_map(|&(runs, before)| {
-            let began = *starts.get(&(runs + 1))?;
-            (began < before + IDLE).then(|| (runs + 1, before + IDLE - began))
-        })
-        .collect();
-    assert!(
-        early.is_empty(),
-        "{} runs began within idle of a touch that returned before them, first (run, \
-         how early): {:?}",
-        early.len(),
-        early.first()
     );
 }
 

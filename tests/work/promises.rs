@@ -1,7 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - a real scheduler's clock is never behind `Instant::now()`, and a deadline is never
-//!   before `Instant::now()` (read before the arm) plus the delay.
 //! - `stats()` never shows more parks than runs.
 //! - a `work()`'s period comes from the same arm as its deadline.
 //! - the `Arc::new_cyclic` idiom survives a run that comes while the object is still being
@@ -26,101 +24,6 @@ use common::{
     two_cpus,
 };
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 4. The real clock against `Instant`.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn a_real_schedulers_now_is_never_behind_instant_now() {
-    // How far behind it can read depends on the scheduler's epoch, read once when it is
-    // built: the reads are spread over several schedulers.
-    let (schedulers, per_scheduler) = (200, rounds(1_000));
-    let (mut behind, mut behind_schedulers) = (0, 0);
-    let mut worst = Duration::ZERO;
-    for _ in 0..schedulers {
-        let sched = Scheduler::builder().build().unwrap();
-        let behind_before = behind;
-        for _ in 0..per_scheduler {
-            let before = Instant::now();
-            let now = sched.now();
-            if now < before {
-                behind += 1;
-                worst = worst.max(before - now);
-            }
-        }
-        behind_schedulers += usize::from(behind > behind_before);
-    }
-    assert_no_round_broke(
-        "Scheduler::now() is never behind an earlier Instant::now()",
-        behind,
-        schedulers * per_scheduler,
-        &format!(
-            "(reads behind, on {behind_schedulers} of {schedulers} schedulers; the worst \
-             by {worst:?})"
-        ),
-    );
-}
-
-#[test]
-fn a_reschedule_deadline_is_never_before_instant_now_plus_the_delay() {
-    // Deadlines are kept in 100 µs units, rounded up, which hides a clock that runs a
-    // little behind except where `now + delay` falls just after a unit boundary. So each
-    // delay is aimed at a few ns around a boundary (learnt from a first deadline), sweeping
-    // -200..=200 ns. The delays stay near 1 s: short enough for the full clock (the coarse
-    // clock serves 3.2 s and up), long enough that the work never runs during the loop.
-    const UNIT: Duration = Duration::from_micros(100);
-    let delay = Duration::from_secs(1);
-    // How far a deadline can fall short depends on the scheduler's epoch, read once when
-    // it is built: the reads are spread over several schedulers.
-    let (schedulers, per_scheduler) = (100, rounds(2_000));
-    let (mut early, mut measured, mut early_schedulers) = (0, 0, 0);
-    let mut worst = Duration::ZERO;
-    for _ in 0..schedulers {
-        let sched = Scheduler::builder().build().unwrap();
-        let work = sched.work(|_| Next::Park);
-        work.reschedule(delay);
-        let boundary = work.deadline().expect("just armed");
-        let early_before = early;
-        for i in 0..per_scheduler {
-            let aim = Instant::now();
-            let units =
-                (aim + delay).saturating_duration_since(boundary).as_nanos() / UNIT.as_nanos() + 1;
-            let target = boundary + UNIT * units as u32;
-            let offset = (i % 401) as i64 - 200;
-            let target = if offset >= 0 {
-                target + Duration::from_nanos(offset as u64)
-            } else {
-                target - Duration::from_nanos(offset.unsigned_abs())
-            };
-            let before = Instant::now();
-            let delay = target - aim;
-            work.reschedule(delay);
-            if let Some(deadline) = work.deadline() {
-                measured += 1;
-                if deadline < before + delay {
-                    early += 1;
-                    worst = worst.max(before + delay - deadline);
-                }
-            }
-        }
-        early_schedulers += usize::from(early > early_before);
-        work.cancel_sync();
-    }
-    assert!(
-        measured > schedulers * per_scheduler / 2,
-        "the work kept running: {measured}"
-    );
-    assert_no_round_broke(
-        "a deadline is never before Instant::now() (read before the arm) + delay",
-        early,
-        measured,
-        &format!(
-            "(deadlines early, on {early_schedulers} of {schedulers} schedulers; the worst \
-             by {worst:?})"
-        ),
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // 5. Statistics.
