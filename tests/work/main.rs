@@ -50,6 +50,7 @@
 //!   racing it, on the timerfd and on the portable alarm.
 //! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
 //!   dropped work's entry stays until its tick), so these tests pin the bound.
+//! - `stats`: `stats()` never shows more parks than runs, and its counts never go back.
 //! - `stress`: Several threads do random schedule / reschedule / touch / cancel /
 //!   cancel_sync / drop / flush / disable on shared works for a bounded time, against a
 //!   two-worker scheduler.
@@ -85,5 +86,6 @@ mod scheduler_drop_in_callback;
 mod shutdown;
 mod sleeping_worker;
 mod stale_entries;
+mod stats;
 mod stress;
 mod threaded;

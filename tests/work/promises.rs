@@ -1,6 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - `stats()` never shows more parks than runs.
 //! - a `work()`'s period comes from the same arm as its deadline.
 //! - the `Arc::new_cyclic` idiom survives a run that comes while the object is still being
 //!   constructed: the work stays alive afterwards.
@@ -24,47 +23,6 @@ use common::{
     two_cpus,
 };
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 5. Statistics.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn stats_never_show_more_parks_than_runs() {
-    let sched = Scheduler::builder().build().unwrap();
-    let work = sched.work(|_| Next::Park);
-    let target_runs = rounds(50_000) as u64;
-    let (mut snapshots, mut bad, mut example) = (0usize, 0usize, None);
-    let started = Instant::now();
-    // One thread re-arms the work whenever it is not pending (it parks on every run, on
-    // the worker) and snapshots its stats in between. Bounded by runs, and by a budget so
-    // that a slow machine still ends in seconds.
-    loop {
-        if !work.is_pending() {
-            work.schedule(Duration::ZERO);
-        }
-        let stats = work.stats();
-        snapshots += 1;
-        if stats.parks > stats.runs {
-            bad += 1;
-            example.get_or_insert((stats.runs, stats.parks));
-        }
-        if stats.runs >= target_runs || started.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-    }
-    work.cancel_sync();
-    assert!(work.stats().runs > 0);
-    assert_no_round_broke(
-        "stats() never shows more parks than runs",
-        bad,
-        snapshots,
-        &format!(
-            "(snapshots; {} runs; first bad (runs, parks): {example:?})",
-            work.stats().runs
-        ),
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // 6. A work()'s period and deadline come from the same arm.
