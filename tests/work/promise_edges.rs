@@ -8,8 +8,6 @@
 //! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
 //!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
 //!   does not deadlock the thread that broke the cycle;
-//! - a `work()`'s period agrees with its deadline under three racing arms and runs that
-//!   return `Again`;
 //! - per-object works: a constructor that panics while runs come, a dead `Weak`, a zero
 //!   period, a touch or a `cancel_sync` during construction;
 //! - `flush` racing `cancel` and re-arms is true exactly when it ran the work.
@@ -232,84 +230,6 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
         broke,
         completed,
         "(one scheduler, two workers)",
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// HELD: a work()'s period agrees with its deadline under racing arms.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn a_works_period_agrees_with_its_deadline_under_three_racing_arms_and_again() {
-    const SHORT: Duration = Duration::from_millis(2);
-    const LONG_A: Duration = Duration::from_secs(30);
-    const LONG_B: Duration = Duration::from_secs(40);
-    let sched = Scheduler::builder().build().unwrap();
-    let work = sched.work(|_| Next::Again);
-    let (mut checked, mut mismatched, mut example) = (0, 0, None);
-    let started = Instant::now();
-    let mut round = 0u64;
-    while started.elapsed() < Duration::from_secs(3) && round < 400 {
-        round += 1;
-        let stop = AtomicBool::new(false);
-        thread::scope(|s| {
-            for (t, delay) in [SHORT, LONG_A, LONG_B].into_iter().enumerate() {
-                let (work, stop) = (&work, &stop);
-                s.spawn(move || {
-                    let mut rng = Rng(round * 3 + t as u64 + 1);
-                    while !stop.load(SeqCst) {
-                        match rng.next() % 4 {
-                            0 => {
-                                work.schedule(delay);
-                            }
-                            1 if t == 0 => {
-                                work.cancel();
-                            }
-                            _ => {
-                                work.reschedule(delay);
-                            }
-                        }
-                    }
-                });
-            }
-            thread::sleep(Duration::from_micros(500 + round % 1_000));
-            stop.store(true, SeqCst);
-        });
-        let before = Instant::now();
-        let period = work.period();
-        let deadline = work.deadline();
-        if let Some(deadline) = deadline {
-            // Arms came within the last few ms: deadline - now is the period, give or
-            // take the round (a SHORT work may be running and re-arming meanwhile).
-            let ahead = deadline.saturating_duration_since(before);
-            let agrees = match period {
-                p if p == SHORT => ahead < Duration::from_secs(1),
-                // (Long delays are timed with the coarse clock, up to its margin late.)
-                p if p == LONG_A => {
-                    ahead > LONG_A - Duration::from_secs(2)
-                        && ahead < LONG_A + Duration::from_secs(1)
-                }
-                p if p == LONG_B => {
-                    ahead > LONG_B - Duration::from_secs(2)
-                        && ahead < LONG_B + Duration::from_secs(1)
-                }
-                _ => false,
-            };
-            checked += 1;
-            if !agrees {
-                mismatched += 1;
-                example.get_or_insert((period, ahead));
-            }
-        }
-        work.cancel();
-    }
-    work.cancel_sync();
-    assert!(checked > 0);
-    assert_no_round_broke(
-        "period() comes from the arm of deadline()",
-        mismatched,
-        checked,
-        &format!("(first mismatch (period, deadline - now): {example:?})"),
     );
 }
 

@@ -1,6 +1,5 @@
 //! Promises that legal code once broke, one test (or a few) each:
 //!
-//! - a `work()`'s period comes from the same arm as its deadline.
 //! - the `Arc::new_cyclic` idiom survives a run that comes while the object is still being
 //!   constructed: the work stays alive afterwards.
 //!
@@ -13,115 +12,13 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{
-    assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds, spin_until_eventually,
-    two_cpus,
-};
+use common::eventually;
 use nicework::{Next, Scheduler, Work};
-
-// ---------------------------------------------------------------------------------------
-// 6. A work()'s period and deadline come from the same arm.
-// ---------------------------------------------------------------------------------------
-
-#[test]
-fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
-    const SHORT: Duration = Duration::from_millis(10);
-    const LONG: Duration = Duration::from_secs(10);
-    let sched = racing_sched();
-    let work = sched.work(|_| Next::Park);
-    let total = rounds(100_000);
-    // Per round: two threads (on two CPUs) each reschedule once, at the same moment; which
-    // one takes which delay alternates. The long arm comes the moment the short one armed
-    // the work (it was cancelled at the end of the previous round).
-    let go = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
-    let short_done = AtomicUsize::new(0);
-    let arm = |round: usize, short: bool| {
-        if short {
-            work.reschedule(SHORT);
-            short_done.store(round, SeqCst);
-        } else {
-            // (Or once the short arm returned: it may have come due and run meanwhile.)
-            spin_until_eventually(|| work.is_pending() || short_done.load(SeqCst) >= round);
-            work.reschedule(LONG);
-        }
-    };
-    let cpus = two_cpus();
-    let (ran, mismatched, skipped, example) = thread::scope(|s| {
-        let helper = s.spawn(|| {
-            if let Some((_, cpu)) = cpus {
-                pin_to_cpu(cpu);
-            }
-            for round in 1.. {
-                if !spin_until_eventually(|| go.load(SeqCst) >= round)
-                    || go.load(SeqCst) == usize::MAX
-                {
-                    return;
-                }
-                arm(round, round % 2 == 0);
-                done.store(round, SeqCst);
-            }
-        });
-        let driver = s.spawn(|| {
-            if let Some((cpu, _)) = cpus {
-                pin_to_cpu(cpu);
-            }
-            let (mut ran, mut mismatched, mut skipped, mut example) = (0, 0, 0, None);
-            let started = Instant::now();
-            for round in 1..=total {
-                // Bounded by a budget too, so that a slow machine still ends in seconds.
-                if started.elapsed() > Duration::from_secs(4) {
-                    break;
-                }
-                ran = round;
-                let start = Instant::now();
-                go.store(round, SeqCst);
-                arm(round, round % 2 == 1);
-                assert!(
-                    spin_until_eventually(|| done.load(SeqCst) >= round),
-                    "helper stuck"
-                );
-                let period = work.period();
-                match work.deadline() {
-                    None => skipped += 1, // the short arm came due and ran: no verdict
-                    Some(deadline) => {
-                        let agrees = if period == LONG {
-                            deadline >= start + LONG
-                        } else {
-                            period == SHORT && deadline < start + LONG / 2
-                        };
-                        if !agrees {
-                            mismatched += 1;
-                            example
-                                .get_or_insert((period, deadline.saturating_duration_since(start)));
-                        }
-                    }
-                }
-                work.cancel();
-            }
-            go.store(usize::MAX, SeqCst);
-            (ran, mismatched, skipped, example)
-        });
-        let verdict = driver.join().unwrap();
-        helper.join().unwrap();
-        verdict
-    });
-    work.cancel_sync();
-    assert_no_round_broke(
-        "period() comes from the same arm as deadline()",
-        mismatched,
-        ran - skipped,
-        &format!(
-            "(rounds with a deadline; {skipped} skipped because the work ran; first \
-             mismatch (period, deadline - start): {example:?})"
-        ),
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // 7. The `Arc::new_cyclic` idiom with a run during construction.
