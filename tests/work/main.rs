@@ -38,8 +38,9 @@
 //!   touched, begins before its deadline by the real clock.
 //! - `once`: `Scheduler::once` runs at most once, frees its closure with that run, and
 //!   refuses every later arm.
+//! - `per_object`: Per-object works given the `Weak` of `Arc::new_cyclic` survive runs
+//!   during construction, a panicking constructor and a dead `Weak`.
 //! - `promise_edges`: The edges of the promises, written as legal safe code against them.
-//! - `promises`: Promises that legal code once broke, one test (or a few) each.
 //! - `reference_model`: Manual scheduler against a reference model.
 //! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
 //!   callback does not join its workers, so a worker whose callback waits for the dropping
@@ -77,10 +78,8 @@ mod manual;
 mod manual_ticks;
 mod never_early;
 mod once;
+mod per_object;
 mod promise_edges;
-// Waits for thread states in `/proc/self/task/TID/stat` and pins threads to CPUs: Linux's.
-#[cfg(target_os = "linux")]
-mod promises;
 mod reference_model;
 mod scheduler_drop_in_callback;
 mod shutdown;

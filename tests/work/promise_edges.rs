@@ -8,8 +8,6 @@
 //! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
 //!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
 //!   does not deadlock the thread that broke the cycle;
-//! - per-object works: a constructor that panics while runs come, a dead `Weak`, a zero
-//!   period, a touch or a `cancel_sync` during construction;
 //! - `flush` racing `cancel` and re-arms is true exactly when it ran the work.
 //!
 //! Race tests repeat rounds and fail if any round broke the promise; waits are for
@@ -17,7 +15,6 @@
 
 use crate::common;
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
@@ -230,142 +227,6 @@ fn cancel_sync_waits_for_a_run_whose_flush_has_ended_on_one_scheduler_of_two_wor
         broke,
         completed,
         "(one scheduler, two workers)",
-    );
-}
-
-// ---------------------------------------------------------------------------------------
-// HELD: per-object works and Arc::new_cyclic.
-// ---------------------------------------------------------------------------------------
-
-struct Obj {
-    reached: AtomicU64,
-    work: Work,
-}
-
-fn reach(obj: &Obj, _: &mut nicework::Ctx<'_>) -> Next {
-    obj.reached.fetch_add(1, SeqCst);
-    Next::Again
-}
-
-#[test]
-fn a_constructor_that_panics_while_runs_come_frees_the_work_and_nothing_runs_after() {
-    common::quiet_panics_starting_with("promise_edges: constructor");
-    let sched = Scheduler::builder().build().unwrap();
-    let (flag, freed) = drop_flag();
-    let runs_at_panic = Arc::new(AtomicU64::new(0));
-    let calls = Arc::new(AtomicU64::new(0));
-    let result = {
-        let (runs_at_panic, calls) = (runs_at_panic.clone(), calls.clone());
-        catch_unwind(AssertUnwindSafe(|| {
-            Arc::new_cyclic(|me: &Weak<Obj>| {
-                let work = sched.every_for(me, Duration::ZERO, move |obj: &Obj, cx| {
-                    let _keep = &flag;
-                    calls.fetch_add(1, SeqCst);
-                    reach(obj, cx)
-                });
-                // Runs come (and find no object) while the constructor works on.
-                common::spin_until(BOUND, || work.stats().runs >= 2 || work.is_running());
-                runs_at_panic.store(work.stats().runs, SeqCst);
-                panic!("promise_edges: constructor fails");
-                #[allow(unreachable_code)]
-                Obj {
-                    reached: AtomicU64::new(0),
-                    work,
-                }
-            })
-        }))
-    };
-    assert!(result.is_err());
-    // The unwinding dropped the work: that waited for a run in progress and freed the
-    // closure.
-    assert!(freed.load(SeqCst), "the work's closure outlived the panic");
-    assert_eq!(
-        calls.load(SeqCst),
-        0,
-        "a run reached an object that never existed"
-    );
-}
-
-#[test]
-fn a_per_object_work_of_a_dead_weak_calls_nothing_and_retries_no_faster_than_10_ms() {
-    let sched = Scheduler::manual();
-    let dead: Weak<Obj> = Weak::new();
-    let calls = Arc::new(AtomicU64::new(0));
-    let counter = calls.clone();
-    let work = sched.every_for(&dead, Duration::ZERO, move |obj: &Obj, cx| {
-        counter.fetch_add(1, SeqCst);
-        reach(obj, cx)
-    });
-    let runs = sched.advance(Duration::from_millis(100));
-    assert_eq!(calls.load(SeqCst), 0);
-    assert!(work.is_pending(), "the retrying work stopped");
-    assert!(
-        (1..=11).contains(&runs),
-        "{runs} runs in 100 ms: faster than every 10 ms"
-    );
-}
-
-#[test]
-fn new_cyclic_with_a_touch_and_runs_during_construction_reaches_the_object_after() {
-    let sched = Scheduler::manual();
-    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
-        let work = sched.work_for(me, reach);
-        work.touch(); // parked work(): armed for its period (0: the slack)
-        assert!(work.is_pending());
-        // Runs during construction: they find no object, call nothing, re-arm.
-        assert!(sched.advance(Duration::from_millis(50)) >= 1);
-        assert!(
-            work.is_pending(),
-            "a run during construction stopped the work"
-        );
-        Obj {
-            reached: AtomicU64::new(0),
-            work,
-        }
-    });
-    sched.advance(Duration::from_millis(50));
-    assert!(
-        obj.reached.load(SeqCst) >= 1,
-        "the work never reached the object"
-    );
-}
-
-#[test]
-fn new_cyclic_with_cancel_sync_during_construction_stays_cancelled_until_scheduled() {
-    let sched = Scheduler::manual();
-    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
-        let work = sched.every_for(me, Duration::from_millis(5), reach);
-        assert!(sched.advance(Duration::from_millis(5)) == 1); // before the object exists
-        work.cancel_sync();
-        Obj {
-            reached: AtomicU64::new(0),
-            work,
-        }
-    });
-    assert_eq!(sched.advance(Duration::from_millis(100)), 0);
-    obj.work.touch(); // stopped by cancel_sync: touch does not arm it
-    assert!(!obj.work.is_pending());
-    assert!(obj.work.schedule(Duration::ZERO));
-    sched.advance(Duration::from_millis(20));
-    assert!(obj.reached.load(SeqCst) >= 1);
-    drop(obj);
-    assert_eq!(sched.advance(Duration::from_millis(100)), 0);
-}
-
-#[test]
-fn every_for_with_a_zero_period_in_new_cyclic_survives_runs_during_construction() {
-    let sched = Scheduler::builder().build().unwrap();
-    let obj = Arc::new_cyclic(|me: &Weak<Obj>| {
-        let work = sched.every_for(me, Duration::ZERO, reach);
-        common::spin_until(BOUND, || work.stats().runs >= 3);
-        Obj {
-            reached: AtomicU64::new(0),
-            work,
-        }
-    });
-    assert!(
-        common::spin_until(BOUND, || obj.reached.load(SeqCst) >= 3),
-        "the work stopped after the runs during construction"
     );
 }
 
