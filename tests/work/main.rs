@@ -20,7 +20,7 @@
 //! - `containment`: Containment is total.
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
-//! - `flush_scope`: What a `flush` waits for.
+//! - `flush_scope`: What a `flush` waits for, and that it is true exactly when it ran.
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
 //!   creation, drop, poison, detach and `once` from other threads, and against every way
 //!   a work's life ends, from inside the listing and beside it.

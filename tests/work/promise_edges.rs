@@ -8,7 +8,6 @@
 //! - breaking a wait cycle logs its warning with no lock held, so a `tracing` subscriber
 //!   that `touch()`es a parked work of that scheduler (a log flusher woken per event)
 //!   does not deadlock the thread that broke the cycle;
-//! - `flush` racing `cancel` and re-arms is true exactly when it ran the work.
 //!
 //! Race tests repeat rounds and fail if any round broke the promise; waits are for
 //! states, bounded, and nothing asserts a timing.
@@ -18,11 +17,11 @@ use crate::common;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::assert_no_round_broke;
 use common::child::is_child;
-use common::{BOUND, FAR, Rng, drop_flag, flush_waits};
+use common::{BOUND, FAR, drop_flag, flush_waits};
 use nicework::{Next, Scheduler, Work};
 
 // ---------------------------------------------------------------------------------------
@@ -331,68 +330,3 @@ fn a_broken_wait_cycle_does_not_deadlock_a_subscriber_that_touches_a_work() {
 }
 
 // ---------------------------------------------------------------------------------------
-// HELD: flush returns true exactly when it ran (or waited for) an instance.
-// ---------------------------------------------------------------------------------------
-
-/// On a manual scheduler nothing but `flush` runs the work, and one thread flushes: so
-/// `flush()` is true exactly when the callback ran during it. Other threads cancel it and
-/// re-arm it (lock-free and locked) all the while; the callback returns `next`.
-fn flush_is_true_exactly_when_it_ran(next: Next) {
-    let sched = Scheduler::manual();
-    let runs = Arc::new(AtomicU64::new(0));
-    let counter = runs.clone();
-    let work = sched.work(move |_| {
-        counter.fetch_add(1, SeqCst);
-        next
-    });
-    work.schedule(FAR); // a live entry: reschedules are lock-free
-    let stop = AtomicBool::new(false);
-    let (wrong, flushes) = thread::scope(|s| {
-        s.spawn(|| {
-            while !stop.load(SeqCst) {
-                work.cancel();
-            }
-        });
-        s.spawn(|| {
-            let mut rng = Rng(99);
-            while !stop.load(SeqCst) {
-                match rng.next() % 3 {
-                    0 => work.reschedule(FAR),
-                    1 => work.schedule(FAR),
-                    _ => work.reschedule(Duration::ZERO), // locked
-                };
-            }
-        });
-        let (mut wrong, mut flushes) = (Vec::new(), 0);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(700) {
-            let before = runs.load(SeqCst);
-            let flushed = work.flush();
-            let ran = runs.load(SeqCst) > before;
-            flushes += 1;
-            if flushed != ran {
-                wrong.push((flushed, ran));
-            }
-        }
-        stop.store(true, SeqCst);
-        (wrong, flushes)
-    });
-    work.cancel_sync();
-    assert!(runs.load(SeqCst) > 0);
-    assert!(
-        wrong.is_empty(),
-        "{} of {flushes} flushes returned what they did not do, first (returned, ran): {:?}",
-        wrong.len(),
-        wrong.first()
-    );
-}
-
-#[test]
-fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_parking_work() {
-    flush_is_true_exactly_when_it_ran(Next::Park);
-}
-
-#[test]
-fn flush_racing_cancel_and_rearms_is_true_exactly_when_it_ran_a_yielding_work() {
-    flush_is_true_exactly_when_it_ran(Next::Yield);
-}
