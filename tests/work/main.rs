@@ -1,6 +1,7 @@
 //! Works: the workqueue semantics on the manual clock and on real workers, arming
-//! (lock-free and locked), detach, cancelling and its refusals, containment, bad input and
-//! faults, and the promises legal code tries to break.
+//! (lock-free and locked), detach, cancelling and its refusals, flushes, shutdown,
+//! containment, bad input and faults, per-object works, stats, thread-local destructors
+//! that run after nicework's own, and never running early by the real clock.
 //!
 //! One test binary, a module per behaviour.
 //! - `arming`: The arming API a connection pool needs.
@@ -21,12 +22,12 @@
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
 //! - `flush_scope`: What a `flush` waits for, and that it is true exactly when it ran.
-//! - `listing`: `Scheduler::works` lists every live work and only those, against
-//!   creation, drop, poison, detach and `once` from other threads, and against every way
-//!   a work's life ends, from inside the listing and beside it.
 //! - `late_thread_locals`: Dropping a scheduler, `flush`, `cancel_sync`, dropping a
 //!   running work, `global()`, wait cycles and `run_chunked` in a thread-local destructor
 //!   that runs after nicework's own.
+//! - `listing`: `Scheduler::works` lists every live work and only those, against
+//!   creation, drop, poison, detach and `once` from other threads, and against every way
+//!   a work's life ends, from inside the listing and beside it.
 //! - `lock_free_arming`: Real schedulers (2 workers) under many threads arming, cancelling
 //!   and touching.
 //! - `lone_runs`: Far deadlines through a hosted driver, arms made while a lone run holds
@@ -40,7 +41,6 @@
 //!   refuses every later arm.
 //! - `per_object`: Per-object works given the `Weak` of `Arc::new_cyclic` survive runs
 //!   during construction, a panicking constructor and a dead `Weak`.
-//! - `promise_edges`: The edges of the promises, written as legal safe code against them.
 //! - `reference_model`: Manual scheduler against a reference model.
 //! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
 //!   callback does not join its workers, so a worker whose callback waits for the dropping
@@ -79,7 +79,6 @@ mod manual_ticks;
 mod never_early;
 mod once;
 mod per_object;
-mod promise_edges;
 mod reference_model;
 mod scheduler_drop_in_callback;
 mod shutdown;
