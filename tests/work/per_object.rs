@@ -41,7 +41,7 @@ fn reach(obj: &Obj, _: &mut nicework::Ctx<'_>) -> Next {
 
 #[test]
 fn a_constructor_that_panics_while_runs_come_frees_the_work_and_nothing_runs_after() {
-    common::quiet_panics_starting_with("promise_edges: constructor");
+    common::quiet_panics_starting_with("per_object: constructor");
     let sched = Scheduler::builder().build().unwrap();
     let (flag, freed) = drop_flag();
     let runs_at_panic = Arc::new(AtomicU64::new(0));
@@ -58,7 +58,7 @@ fn a_constructor_that_panics_while_runs_come_frees_the_work_and_nothing_runs_aft
                 // Runs come (and find no object) while the constructor works on.
                 common::spin_until(BOUND, || work.stats().runs >= 2 || work.is_running());
                 runs_at_panic.store(work.stats().runs, SeqCst);
-                panic!("promise_edges: constructor fails");
+                panic!("per_object: constructor fails");
                 #[allow(unreachable_code)]
                 Obj {
                     reached: AtomicU64::new(0),
