@@ -1,6 +1,6 @@
-//! Test helpers for what only Linux has: kernel thread ids, per-thread nice values and
-//! scheduling policies, capabilities, `RLIMIT_NICE`, and re-running a test as another
-//! user.
+//! Test helpers for what only Linux has: kernel thread ids and their scheduling states in
+//! `/proc`, per-thread nice values and scheduling policies, CPU affinity, capabilities,
+//! `RLIMIT_NICE`, and re-running a test as another user.
 
 /// The calling thread's kernel id.
 pub fn gettid() -> i32 {
@@ -29,6 +29,41 @@ pub fn current_nice() -> i32 {
 pub fn current_policy() -> i32 {
     // SAFETY: plain system call; 0 is the calling thread.
     unsafe { libc::sched_getscheduler(0) }
+}
+
+/// The scheduling state of thread `tid` of this process (`R`, `S`, `D`, ...): `S` while it
+/// sleeps, in a wait for a run, say.
+pub fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Two CPUs this thread may run on, if it may run on two: racing threads pinned to them
+/// run at the same time whenever both are runnable.
+pub fn two_cpus() -> Option<(usize, usize)> {
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    let mut allowed = (0..libc::CPU_SETSIZE as usize).filter(|&cpu| {
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        unsafe { libc::CPU_ISSET(cpu, &set) }
+    });
+    Some((allowed.next()?, allowed.next()?))
+}
+
+/// Restricts the calling thread to `cpu`.
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
 }
 
 /// Whether this process runs as root.

@@ -23,6 +23,23 @@ use std::time::{Duration, Instant};
 /// Generous bound for "eventually": far above any expected latency, so only a hang fails.
 pub const EVENTUALLY: Duration = Duration::from_secs(20);
 
+/// Bound for one wait for a state inside a round of a race test.
+pub const BOUND: Duration = Duration::from_secs(10);
+
+/// A deadline far enough that nothing armed for it runs during a test (or a round of one).
+pub const FAR: Duration = Duration::from_secs(60);
+
+/// `base` rounds, times `NICEWORK_PROMISES_SCALE` (a whole number, default 1): race tests
+/// that take their round counts from here can be run longer, to measure failure rates.
+pub fn rounds(base: usize) -> usize {
+    let scale = std::env::var("NICEWORK_PROMISES_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    base * scale
+}
+
 /// Polls `cond` until it holds or `EVENTUALLY` passes; returns whether it held.
 pub fn eventually(mut cond: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -126,6 +143,11 @@ pub fn spin_until(bound: Duration, mut cond: impl FnMut() -> bool) -> bool {
     true
 }
 
+/// [`spin_until`] with the generous bound, [`EVENTUALLY`].
+pub fn spin_until_eventually(cond: impl FnMut() -> bool) -> bool {
+    spin_until(EVENTUALLY, cond)
+}
+
 /// The verdict of a race test: no round broke `promise` (the count is printed either
 /// way, for measuring rates).
 pub fn assert_no_round_broke(promise: &str, broke: usize, rounds: usize, detail: &str) {
@@ -157,6 +179,19 @@ pub fn settle_wakeups(sched: &nicework::Scheduler) {
 /// binary (ASan's, in CI), a worker may wait seconds for one, past [`EVENTUALLY`].
 pub fn normal_priority_builder() -> nicework::Builder {
     nicework::Scheduler::builder().priority(nicework::Priority::Normal)
+}
+
+/// The scheduler of race rounds whose races are between the arming threads and the run,
+/// whatever the worker's priority.
+pub fn racing_sched() -> nicework::Scheduler {
+    normal_priority_builder().build().unwrap()
+}
+
+/// Flushes of `sched`'s works that waited for a run in progress (they are counted under
+/// the core lock just before the wait, after the wait-for edge was registered).
+pub fn flush_waits(sched: &nicework::Scheduler) -> u64 {
+    let lending = sched.metrics().lending;
+    lending.waited + lending.raised
 }
 
 /// `n` threads that keep a CPU busy each until `stop` is set (a CPU-bound load for the

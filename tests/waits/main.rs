@@ -8,7 +8,8 @@
 //!   own work.
 //! - `chunked_helper_cycles`: A wait cycle that passes through one of several
 //!   `run_chunked` helpers is found.
-//! - `cycles`: Wait cycles.
+//! - `cycles`: Wait cycles are broken, with a warning logged under no lock; a wait that
+//!   has ended is no wait.
 //! - `mixed_cycles`: Wait cycles that mix `flush`, `cancel_sync` and drop, pass through a
 //!   nested run or span three schedulers, are broken;
 //! - `try_flush`: `Work::try_flush` helps a pending work and never waits for a running

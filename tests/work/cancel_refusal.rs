@@ -1,8 +1,20 @@
-//! `disable`/`enable` nest only with each other: an `enable()` without a matching
-//! `disable()` never lifts the re-arm refusal of a `cancel_sync` (or drop) that waits for
-//! a running instance, so that instance's own `Next::Again` is refused and the work does
-//! not run again after `cancel_sync` returned. Also `touch` after `cancel_sync`, and many
-//! `cancel_sync` waiters against `enable`/`disable`/`touch`.
+//! What `cancel_sync` refuses, and for how long:
+//!
+//! - every re-arm from the moment it is called: a lock-free `reschedule` racing with it
+//!   (from another thread, or while the callback cancels itself) must not leave the work
+//!   pending once the cancel is over;
+//! - `disable`/`enable` nest only with each other: an `enable()` without a matching
+//!   `disable()` never lifts the re-arm refusal of a `cancel_sync` (or drop) that waits
+//!   for a running instance, so that instance's own `Next::Again` is refused and the work
+//!   does not run again after `cancel_sync` returned;
+//! - `touch` after `cancel_sync` does not re-arm, and many `cancel_sync` waiters against
+//!   `enable`/`disable`/`touch` never let the work run and never stick.
+//!
+//! The races against a lock-free `reschedule` repeat rounds ([`common::rounds`]) and
+//! assert that no round broke the promise. The two racing threads are pinned to two CPUs
+//! (if the process may use two), and one side waits for the state the other creates (the
+//! canceller asleep in its wait, read from `/proc`, which makes them Linux's) rather than
+//! for luck: waits are for states, nothing asserts a timing.
 
 use crate::common;
 
@@ -11,6 +23,20 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use nicework::{Next, Scheduler, Work};
+
+// The races against a lock-free re-arm read thread states in `/proc` and pin threads to
+// CPUs: Linux's.
+#[cfg(target_os = "linux")]
+use common::{
+    EVENTUALLY, FAR, assert_no_round_broke, eventually, pin_to_cpu, racing_sched, rounds,
+    spin_until_eventually, thread_state, two_cpus,
+};
+#[cfg(target_os = "linux")]
+use std::sync::atomic::{AtomicI32, Ordering::SeqCst};
+#[cfg(target_os = "linux")]
+use std::sync::{OnceLock, Weak, mpsc};
+#[cfg(target_os = "linux")]
+use std::thread;
 
 /// A work that returns `Again` and, on its first run, holds the worker until released.
 fn held_once(sched: &Scheduler) -> (Arc<Work>, Arc<Barrier>, Arc<Barrier>, Arc<AtomicU64>) {
@@ -207,4 +233,165 @@ fn many_cancel_sync_waiters_never_let_the_work_run_and_never_stick() {
         );
         w.cancel_sync();
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// A lock-free re-arm racing `cancel_sync`.
+// ---------------------------------------------------------------------------------------
+
+/// One round: a run in progress, a live timer entry (so `reschedule` is lock-free), one
+/// thread re-arming the work with `reschedule` whenever it finds it not pending, while
+/// another (on another CPU) calls `cancel_sync`. The rescheduler stops once the cancel
+/// sleeps, waiting for the run, and before the run is released; so every reschedule
+/// happened before or during the `cancel_sync`, and the work must not be pending when it
+/// returned. Returns whether it was.
+#[cfg(target_os = "linux")]
+fn cancel_sync_against_a_rescheduler(sched: &Scheduler) -> bool {
+    let (started_tx, started_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let work = sched.work(move |_| {
+        let _ = started_tx.send(());
+        let _ = release_rx.recv();
+        Next::Park
+    });
+    // Declared after `work`, so dropped first: a failing assertion releases the run
+    // before the work's drop waits for it.
+    let release_tx = release_tx;
+    assert!(work.schedule(Duration::ZERO));
+    started_rx
+        .recv_timeout(EVENTUALLY)
+        .expect("the work never started running");
+    // Armed during its run: this links a timer entry, so the reschedules below are one
+    // CAS each, without the lock.
+    work.reschedule(FAR);
+    assert!(work.is_pending() && work.is_running());
+
+    let stop = AtomicBool::new(false);
+    let canceller_tid = AtomicI32::new(0);
+    let cpus = two_cpus();
+    let pending_after = thread::scope(|s| {
+        let rescheduler = s.spawn(|| {
+            if let Some((cpu, _)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            while !stop.load(SeqCst) {
+                // Re-arm the moment the cancel disarmed it.
+                if !work.is_pending() {
+                    work.reschedule(FAR);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        let canceller = s.spawn(|| {
+            if let Some((_, cpu)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            canceller_tid.store(common::gettid(), SeqCst);
+            work.cancel_sync()
+        });
+        // cancel_sync sleeps: it waits for the run, and refuses every re-arm.
+        let waiting = eventually(|| {
+            let tid = canceller_tid.load(SeqCst);
+            tid != 0 && thread_state(tid) == Some('S')
+        });
+        stop.store(true, SeqCst);
+        rescheduler.join().unwrap();
+        // Every reschedule is over; now let the run end, and with it the cancel_sync.
+        release_tx.send(()).unwrap();
+        canceller.join().unwrap();
+        assert!(waiting, "cancel_sync never waited for the run");
+        assert!(!work.is_running());
+        work.is_pending()
+    });
+    work.cancel_sync();
+    pending_after
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn cancel_sync_refuses_a_lock_free_reschedule_racing_it() {
+    let sched = racing_sched();
+    let total = rounds(300);
+    let broke = (0..total)
+        .filter(|_| cancel_sync_against_a_rescheduler(&sched))
+        .count();
+    assert_no_round_broke(
+        "cancel_sync against a concurrent reschedule",
+        broke,
+        total,
+        "(the work was pending after cancel_sync returned, re-armed by a reschedule \
+         that came after the cancel began and before it returned)",
+    );
+}
+
+/// One round: the callback cancels its own work with `cancel_sync` while another thread
+/// reschedules it in a loop; the callback then stops the rescheduler and waits until its
+/// last reschedule returned before it returns. Each reschedule came before the cancel
+/// (and was disarmed by it) or after it began and before the run ended (and must be
+/// refused), so the work must not be pending after the run. Returns whether it was.
+#[cfg(target_os = "linux")]
+fn cancel_sync_inside_the_callback_against_a_rescheduler(sched: &Scheduler) -> bool {
+    struct Round {
+        me: OnceLock<Weak<Work>>,
+        started: AtomicBool,
+        reschedules: AtomicUsize,
+        stop: AtomicBool,
+        stopped: AtomicBool,
+    }
+    let round = Arc::new(Round {
+        me: OnceLock::new(),
+        started: AtomicBool::new(false),
+        reschedules: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+        stopped: AtomicBool::new(false),
+    });
+    let work = {
+        let round = round.clone();
+        Arc::new(sched.work(move |_| {
+            round.started.store(true, SeqCst);
+            spin_until_eventually(|| round.reschedules.load(SeqCst) >= 50);
+            let me = round.me.get().unwrap().upgrade().unwrap();
+            me.cancel_sync(); // from inside: disarms, refuses re-arms until the run ends
+            round.stop.store(true, SeqCst);
+            spin_until_eventually(|| round.stopped.load(SeqCst));
+            Next::Park
+        }))
+    };
+    round.me.set(Arc::downgrade(&work)).unwrap();
+    assert!(work.schedule(Duration::ZERO));
+    thread::scope(|s| {
+        s.spawn(|| {
+            // Not before the run began: a reschedule would move the run 60 s away.
+            spin_until_eventually(|| round.started.load(SeqCst));
+            while !round.stop.load(SeqCst) {
+                work.reschedule(FAR);
+                round.reschedules.fetch_add(1, SeqCst);
+            }
+            round.stopped.store(true, SeqCst);
+        });
+        assert!(
+            eventually(|| work.stats().runs == 1 && !work.is_running()),
+            "the run never ended"
+        );
+    });
+    let pending_after = work.is_pending();
+    work.cancel_sync();
+    pending_after
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn cancel_sync_inside_the_callback_refuses_a_reschedule_racing_it() {
+    let sched = racing_sched();
+    let total = rounds(300);
+    let broke = (0..total)
+        .filter(|_| cancel_sync_inside_the_callback_against_a_rescheduler(&sched))
+        .count();
+    assert_no_round_broke(
+        "cancel_sync inside the callback against a concurrent reschedule",
+        broke,
+        total,
+        "(the work was pending after the run, re-armed by a reschedule that came after \
+         the in-callback cancel_sync began and before the run ended)",
+    );
 }

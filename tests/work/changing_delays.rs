@@ -1,16 +1,32 @@
 //! Re-arms whose delay changes at every call, as jittered keep-alives, `deadline - now`
 //! re-arms and back-offs make them: they stay on the lock-free path (no new timer entry)
 //! while the live entry serves, never run early or late, and leave a `work()`'s deadline
-//! and period from the same arm, also under storms from several threads.
+//! and period from the same arm, also under storms from several threads:
+//!
+//! - a short and a long arm racing on two CPUs (the long one the moment the short one
+//!   armed the work) leave the period of the arm whose deadline stands;
+//! - so do three threads racing `schedule`, `reschedule` and `cancel` with three delays,
+//!   while runs return `Again` (which re-arm for the period).
+//!
+//! Race tests repeat rounds (bounded by a budget too) and fail if any round broke the
+//! promise; waits are for states, and nothing asserts a timing. The two-CPU race is built
+//! on Linux only.
 
 use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Rng, eventually};
+use common::{Rng, assert_no_round_broke, eventually};
 use nicework::{Next, Scheduler, Work};
+
+// The two-CPU race pins its threads with Linux's affinity calls.
+#[cfg(target_os = "linux")]
+use common::{pin_to_cpu, racing_sched, rounds, spin_until_eventually, two_cpus};
+#[cfg(target_os = "linux")]
+use std::sync::atomic::AtomicUsize;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -285,4 +301,174 @@ fn never_early_with_differing_delays_from_several_threads() {
     }
     let early = early.lock().unwrap();
     assert!(early.is_empty(), "early runs: {early:?}");
+}
+
+#[test]
+fn a_works_period_agrees_with_its_deadline_under_three_racing_arms_and_again() {
+    const SHORT: Duration = Duration::from_millis(2);
+    const LONG_A: Duration = Duration::from_secs(30);
+    const LONG_B: Duration = Duration::from_secs(40);
+    let sched = Scheduler::builder().build().unwrap();
+    let work = sched.work(|_| Next::Again);
+    let (mut checked, mut mismatched, mut example) = (0, 0, None);
+    let started = Instant::now();
+    let mut round = 0u64;
+    while started.elapsed() < Duration::from_secs(3) && round < 400 {
+        round += 1;
+        let stop = AtomicBool::new(false);
+        thread::scope(|s| {
+            for (t, delay) in [SHORT, LONG_A, LONG_B].into_iter().enumerate() {
+                let (work, stop) = (&work, &stop);
+                s.spawn(move || {
+                    let mut rng = Rng(round * 3 + t as u64 + 1);
+                    while !stop.load(SeqCst) {
+                        match rng.next() % 4 {
+                            0 => {
+                                work.schedule(delay);
+                            }
+                            1 if t == 0 => {
+                                work.cancel();
+                            }
+                            _ => {
+                                work.reschedule(delay);
+                            }
+                        }
+                    }
+                });
+            }
+            thread::sleep(Duration::from_micros(500 + round % 1_000));
+            stop.store(true, SeqCst);
+        });
+        let before = Instant::now();
+        let period = work.period();
+        let deadline = work.deadline();
+        if let Some(deadline) = deadline {
+            // Arms came within the last few ms: deadline - now is the period, give or
+            // take the round (a SHORT work may be running and re-arming meanwhile).
+            let ahead = deadline.saturating_duration_since(before);
+            let agrees = match period {
+                p if p == SHORT => ahead < Duration::from_secs(1),
+                // (Long delays are timed with the coarse clock, up to its margin late.)
+                p if p == LONG_A => {
+                    ahead > LONG_A - Duration::from_secs(2)
+                        && ahead < LONG_A + Duration::from_secs(1)
+                }
+                p if p == LONG_B => {
+                    ahead > LONG_B - Duration::from_secs(2)
+                        && ahead < LONG_B + Duration::from_secs(1)
+                }
+                _ => false,
+            };
+            checked += 1;
+            if !agrees {
+                mismatched += 1;
+                example.get_or_insert((period, ahead));
+            }
+        }
+        work.cancel();
+    }
+    work.cancel_sync();
+    assert!(checked > 0);
+    assert_no_round_broke(
+        "period() comes from the arm of deadline()",
+        mismatched,
+        checked,
+        &format!("(first mismatch (period, deadline - now): {example:?})"),
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_works_period_comes_from_the_same_arm_as_its_deadline() {
+    const SHORT: Duration = Duration::from_millis(10);
+    const LONG: Duration = Duration::from_secs(10);
+    let sched = racing_sched();
+    let work = sched.work(|_| Next::Park);
+    let total = rounds(100_000);
+    // Per round: two threads (on two CPUs) each reschedule once, at the same moment; which
+    // one takes which delay alternates. The long arm comes the moment the short one armed
+    // the work (it was cancelled at the end of the previous round).
+    let go = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let short_done = AtomicUsize::new(0);
+    let arm = |round: usize, short: bool| {
+        if short {
+            work.reschedule(SHORT);
+            short_done.store(round, SeqCst);
+        } else {
+            // (Or once the short arm returned: it may have come due and run meanwhile.)
+            spin_until_eventually(|| work.is_pending() || short_done.load(SeqCst) >= round);
+            work.reschedule(LONG);
+        }
+    };
+    let cpus = two_cpus();
+    let (ran, mismatched, skipped, example) = thread::scope(|s| {
+        let helper = s.spawn(|| {
+            if let Some((_, cpu)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            for round in 1.. {
+                if !spin_until_eventually(|| go.load(SeqCst) >= round)
+                    || go.load(SeqCst) == usize::MAX
+                {
+                    return;
+                }
+                arm(round, round % 2 == 0);
+                done.store(round, SeqCst);
+            }
+        });
+        let driver = s.spawn(|| {
+            if let Some((cpu, _)) = cpus {
+                pin_to_cpu(cpu);
+            }
+            let (mut ran, mut mismatched, mut skipped, mut example) = (0, 0, 0, None);
+            let started = Instant::now();
+            for round in 1..=total {
+                // Bounded by a budget too, so that a slow machine still ends in seconds.
+                if started.elapsed() > Duration::from_secs(4) {
+                    break;
+                }
+                ran = round;
+                let start = Instant::now();
+                go.store(round, SeqCst);
+                arm(round, round % 2 == 1);
+                assert!(
+                    spin_until_eventually(|| done.load(SeqCst) >= round),
+                    "helper stuck"
+                );
+                let period = work.period();
+                match work.deadline() {
+                    None => skipped += 1, // the short arm came due and ran: no verdict
+                    Some(deadline) => {
+                        let agrees = if period == LONG {
+                            deadline >= start + LONG
+                        } else {
+                            period == SHORT && deadline < start + LONG / 2
+                        };
+                        if !agrees {
+                            mismatched += 1;
+                            example
+                                .get_or_insert((period, deadline.saturating_duration_since(start)));
+                        }
+                    }
+                }
+                work.cancel();
+            }
+            go.store(usize::MAX, SeqCst);
+            (ran, mismatched, skipped, example)
+        });
+        let verdict = driver.join().unwrap();
+        helper.join().unwrap();
+        verdict
+    });
+    work.cancel_sync();
+    assert_no_round_broke(
+        "period() comes from the same arm as deadline()",
+        mismatched,
+        ran - skipped,
+        &format!(
+            "(rounds with a deadline; {skipped} skipped because the work ran; first \
+             mismatch (period, deadline - start): {example:?})"
+        ),
+    );
 }

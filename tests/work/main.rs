@@ -1,6 +1,7 @@
 //! Works: the workqueue semantics on the manual clock and on real workers, arming
-//! (lock-free and locked), detach, cancelling and its refusals, containment, bad input and
-//! faults, and the promises legal code tries to break.
+//! (lock-free and locked), detach, cancelling and its refusals, flushes, shutdown,
+//! containment, bad input and faults, per-object works, stats, thread-local destructors
+//! that run after nicework's own, and never running early by the real clock.
 //!
 //! One test binary, a module per behaviour.
 //! - `arming`: The arming API a connection pool needs.
@@ -14,11 +15,16 @@
 //! - `arming_races`: `schedule_within`, `deadline`, `Next::At` and touches during runs
 //!   (which never override the callback's decision) under random and racing use.
 //! - `bad_input`: Bad input and calls in the wrong place.
-//! - `cancel_refusal`: `disable`/`enable` nest only with each other.
+//! - `cancel_refusal`: What `cancel_sync` refuses: every re-arm from the moment it is
+//!   called, a lock-free `reschedule` racing it too, and an `enable` without a matching
+//!   `disable` lifts nothing.
 //! - `containment`: Containment is total.
 //! - `detach`: `Work::detach` under races.
 //! - `faults`: Faults.
-//! - `flush_scope`: What a `flush` waits for.
+//! - `flush_scope`: What a `flush` waits for, and that it is true exactly when it ran.
+//! - `late_thread_locals`: Dropping a scheduler, `flush`, `cancel_sync`, dropping a
+//!   running work, `global()`, wait cycles and `run_chunked` in a thread-local destructor
+//!   that runs after nicework's own.
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
 //!   creation, drop, poison, detach and `once` from other threads, and against every way
 //!   a work's life ends, from inside the listing and beside it.
@@ -29,18 +35,23 @@
 //! - `manual`: The work semantics (the workqueue guarantees in the crate docs) on the
 //!   manual scheduler, where time is virtual and every interleaving is chosen by the test.
 //! - `manual_ticks`: The manual clock at sub-slack resolution.
+//! - `never_early`: A real scheduler's clock is `Instant`'s, and no run, re-armed or
+//!   touched, begins before its deadline by the real clock.
 //! - `once`: `Scheduler::once` runs at most once, frees its closure with that run, and
 //!   refuses every later arm.
-//! - `promise_edges`: The edges of the promises, written as legal safe code against them.
-//! - `promises`: Promises that legal code once broke, one test (or a few) each.
+//! - `per_object`: Per-object works given the `Weak` of `Arc::new_cyclic` survive runs
+//!   during construction, a panicking constructor and a dead `Weak`.
 //! - `reference_model`: Manual scheduler against a reference model.
 //! - `scheduler_drop_in_callback`: Dropping a scheduler's last handle from inside a
 //!   callback does not join its workers, so a worker whose callback waits for the dropping
 //!   callback cannot deadlock it.
+//! - `shutdown`: Shutdown racing arms, touches, flushes, cancels, detaches and `Yield`
+//!   takeovers leaves every work inert.
 //! - `sleeping_worker`: The worker's sleep against arms, cancels, re-arms and shutdown
 //!   racing it, on the timerfd and on the portable alarm.
 //! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
 //!   dropped work's entry stays until its tick), so these tests pin the bound.
+//! - `stats`: `stats()` never shows more parks than runs, and its counts never go back.
 //! - `stress`: Several threads do random schedule / reschedule / touch / cancel /
 //!   cancel_sync / drop / flush / disable on shared works for a bounded time, against a
 //!   two-worker scheduler.
@@ -59,19 +70,20 @@ mod containment;
 mod detach;
 mod faults;
 mod flush_scope;
+mod late_thread_locals;
 mod listing;
 mod lock_free_arming;
 mod lone_runs;
 mod manual;
 mod manual_ticks;
+mod never_early;
 mod once;
-mod promise_edges;
-// Waits for thread states in `/proc/self/task/TID/stat` and pins threads to CPUs: Linux's.
-#[cfg(target_os = "linux")]
-mod promises;
+mod per_object;
 mod reference_model;
 mod scheduler_drop_in_callback;
+mod shutdown;
 mod sleeping_worker;
 mod stale_entries;
+mod stats;
 mod stress;
 mod threaded;
