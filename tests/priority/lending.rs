@@ -1,5 +1,6 @@
 //! Lending priority: `flush()` runs a pending work on the caller; `flush()`,
-//! `cancel_sync()` and drop raise a running worker only where the process may; `flush()`
+//! `cancel_sync()`, drop, and the futures of `cancel_async()` and `drop_async()` (from
+//! the thread that polls them) raise a running worker only where the process may; `flush()`
 //! takes over `Yield` increments. The privileged paths run as root; the same checks re-run as user 65534
 //! (no right: the flusher only waits), and, in an ignored test that needs
 //! `CAP_SYS_RESOURCE`, as user 65534 with `RLIMIT_NICE` 15 (the worker is raised only as
@@ -70,15 +71,45 @@ fn running_work(priority: Priority) -> RunningRun {
     }
 }
 
-/// The calls that wait for a run in progress, each of which lends.
+/// The calls that wait for a run in progress, each of which lends: the futures lend from
+/// the thread that polls them (here the test's, blocked in `block_on`).
 #[derive(Debug, Clone, Copy)]
 enum Waiter {
     Flush,
     CancelSync,
     Drop,
+    CancelAsync,
+    DropAsync,
 }
 
-const WAITERS: [Waiter; 3] = [Waiter::Flush, Waiter::CancelSync, Waiter::Drop];
+const WAITERS: [Waiter; 5] = [
+    Waiter::Flush,
+    Waiter::CancelSync,
+    Waiter::Drop,
+    Waiter::CancelAsync,
+    Waiter::DropAsync,
+];
+
+/// Polls `future` on this thread until it resolves, parking between polls.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut future = std::pin::pin!(future);
+    let start = std::time::Instant::now();
+    loop {
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        assert!(start.elapsed() < EVENTUALLY, "the future never resolved");
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
 
 /// Flushes a work running on the worker and checks the raise and the restore against
 /// the scheduler's `raise_limit()`.
@@ -102,6 +133,8 @@ fn check_wait_for_a_running_work(priority: Priority, waiter: Waiter) {
         Waiter::Flush => assert!(work.flush()),
         Waiter::CancelSync => assert!(!work.cancel_sync(), "running, not pending"),
         Waiter::Drop => drop(work),
+        Waiter::CancelAsync => assert!(!block_on(work.cancel_async()), "running, not pending"),
+        Waiter::DropAsync => block_on(work.drop_async()),
     }
     let (seen_nice, seen_policy) = observed
         .lock()
@@ -167,6 +200,18 @@ fn cancel_sync_raises_the_run_it_waits_for_where_allowed_and_puts_it_back() {
 fn drop_raises_the_run_it_waits_for_where_allowed_and_puts_it_back() {
     check_wait_for_a_running_work(Priority::Nice(19), Waiter::Drop);
     check_wait_for_a_running_work(Priority::Idle, Waiter::Drop);
+}
+
+#[test]
+fn cancel_async_raises_the_run_it_waits_for_from_its_polling_thread_and_puts_it_back() {
+    check_wait_for_a_running_work(Priority::Nice(19), Waiter::CancelAsync);
+    check_wait_for_a_running_work(Priority::Idle, Waiter::CancelAsync);
+}
+
+#[test]
+fn drop_async_raises_the_run_it_waits_for_from_its_polling_thread_and_puts_it_back() {
+    check_wait_for_a_running_work(Priority::Nice(19), Waiter::DropAsync);
+    check_wait_for_a_running_work(Priority::Idle, Waiter::DropAsync);
 }
 
 #[test]

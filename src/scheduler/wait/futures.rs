@@ -18,8 +18,14 @@
 //!   and, for `drop_async`, the work is orphaned while running, so the runner frees the
 //!   closure when the callback returns, as for a work dropped inside its own callback.
 //!   If the run already ended, the drop frees the closure itself.
-//! - A future blocks no thread, so it closes no wait cycle and lends no priority: it is
-//!   the remedy for a wait that would stall an executor thread.
+//! - A future blocks no thread, so it closes no wait cycle: it is the remedy for a wait
+//!   that would stall an executor thread.
+//! - It lends priority as a blocked `cancel_sync` does (see `lending`): each poll that
+//!   finds the run still going on, from a thread that has not lent to it yet, raises the
+//!   worker running it to that thread's nice where the process may, for the rest of that
+//!   run; the worker puts itself back when the run completes, whether or not the future
+//!   is still there. A later poller with a lower priority does not lower it: a worker is
+//!   only moved up by waiters, and back down by itself.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
+use crate::priority;
 use crate::scheduler::WorkRef;
 use crate::scheduler::shared::{CoreGuard, RunWaker, Shared};
 use crate::scheduler::wait::frames;
@@ -47,6 +54,8 @@ pub(crate) struct CancelWait {
     /// The run count that means the awaited run is over.
     done_at: u64,
     id: usize,
+    /// The last thread that lent its priority to the awaited run.
+    lender: Option<priority::Tid>,
 }
 
 // === `impl Shared`, this file's part: the waits of `cancel_async` and `drop_async`, and
@@ -68,6 +77,7 @@ impl Shared {
             released,
             done_at: 0,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            lender: None,
         };
         let Some(mut core) = self.lock_unless_forked() else {
             if released {
@@ -184,6 +194,19 @@ impl Future for CancelWait {
                 id: this.id,
                 waker: cx.waker().clone(),
             }),
+        }
+        // Lend this thread's priority to the worker running it, as `cancel_sync` does:
+        // an executor thread awaiting a drop must not wait on a starved nice-19 run.
+        let tid = priority::current_tid();
+        let lent = if this.lender != Some(tid) {
+            this.lender = Some(tid);
+            core.lending.lend_from_current_thread(address)
+        } else {
+            Ok(())
+        };
+        drop(core);
+        if let Err(failure) = lent {
+            failure.log();
         }
         Poll::Pending
     }

@@ -36,7 +36,9 @@ use crate::scheduler::work::timeout::PRECISE_TOUCH;
 /// # How long a wait takes
 ///
 /// A thread that waits for a run in progress on a worker (in `flush`, `cancel_sync` or
-/// drop) lends it its priority, as the kernel's `flush_work_at_nice`: where the process
+/// drop, or that polls a pending [`cancel_async`](Self::cancel_async) or
+/// [`drop_async`](Self::drop_async) future) lends it its priority, as the kernel's
+/// `flush_work_at_nice`: where the process
 /// may raise a thread (`CAP_SYS_NICE`, or an `RLIMIT_NICE` that allows the waiter's nice;
 /// see [`Scheduler::raise_limit`](crate::Scheduler::raise_limit)) the worker runs the rest
 /// of that run at the waiter's nice and goes back to its own after. Without that right
@@ -406,6 +408,12 @@ impl Work {
     /// thread that awaits it goes on running other tasks) and uses only `std::task`, so
     /// any executor can poll it.
     ///
+    /// While it waits for a run in progress on a worker it lends that run the priority
+    /// of the threads that poll it, as `cancel_sync` lends the caller's: where the
+    /// process may raise a thread, the worker runs the rest of that run at the best
+    /// poller's nice and puts itself back when the run ends; without that right nothing
+    /// is raised. A poll from a thread with a lower priority never lowers it.
+    ///
     /// Dropped before it resolves, it never blocks either: the cancel stands, and the run
     /// in progress still has its own re-arm refused. Called from inside the work's own
     /// callback it resolves at once, as `cancel_sync` returns at once there.
@@ -437,7 +445,8 @@ impl Work {
     /// closure is then freed when the run in progress ends, by the thread that ran it.
     /// A `drop(work)` in async code blocks the executor's thread for as long as the run
     /// takes (a starved nice-19 run can take long; see
-    /// [How long a wait takes](Self#how-long-a-wait-takes)); `drop_async().await` does not.
+    /// [How long a wait takes](Self#how-long-a-wait-takes)); `drop_async().await` does not,
+    /// and lends the run its pollers' priority as `cancel_async` does.
     ///
     /// # Examples
     ///
