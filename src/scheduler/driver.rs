@@ -16,7 +16,10 @@
 //! # Invariants
 //!
 //! - `Shared::host_wake_ns` (what `next_deadline` reads, without the lock) is never later
-//!   than the earliest armed deadline rounded up to the slack: a locked arm that moves the
+//!   than the earliest armed deadline rounded up to the slack, leaving out the works a
+//!   `run_due` call in progress holds back for its caller's next call (it ran them, they
+//!   are due again, and no other call may run them: that call puts them back, and
+//!   publishes their wake, before it returns): a locked arm that moves the
 //!   earliest deadline earlier lowers it in `Shared::kick`, under the core lock, before
 //!   the arm returns; a lock-free arm only ever moves a deadline later than its entry; and
 //!   `run_due` recomputes it from the wheel before it returns. So `run_due`'s lock-free
@@ -43,6 +46,7 @@ use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{Core, NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
+use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::run::{Executed, leave_forked_child};
 
 /// Runs a hosted scheduler's works on the host's threads: returned with its
@@ -101,6 +105,10 @@ impl Driver {
     /// included) rounded up to the slack; sometimes earlier, for a deadline moved later
     /// since or an entry left by a cancelled work. `None` when
     /// nothing is armed, and once the scheduler is shut down. One atomic load, no lock.
+    ///
+    /// While another thread is inside `run_due`, the works that call already ran and
+    /// that are due again (a `Next::Yield`) are left out: only that thread's next call
+    /// may run them, and that call publishes their wake before it returns.
     ///
     /// # Examples
     ///
@@ -215,7 +223,9 @@ impl Driver {
             };
             ran.insert(taken.work.address());
             // While the callback runs, the descriptor and `next_deadline` keep telling
-            // the host's other threads about the works due meanwhile.
+            // the host's other threads about the works due meanwhile. Not about the ones
+            // held back: no other call may run them, and this one puts them back due,
+            // and programs the timer for them, before it returns.
             set_drained_timer(shared, &mut core, now);
             drop(core);
             let executed = shared.execute(scheduler, taken, now, None);
@@ -225,13 +235,21 @@ impl Driver {
             }
             core = shared.lock();
         }
+        if core.shutdown {
+            // A callback shut the scheduler down: the entries held back missed its
+            // drain, so their works are disarmed here, as the wheel's were.
+            let entries: Vec<Entry> = set_aside.into_iter().map(|(entry, _)| entry).collect();
+            let ended = Shared::disarm_drained(&entries);
+            drop(core);
+            for work in ended {
+                shared.end_life(&work);
+            }
+            return runs;
+        }
         // A work that ran in this call and is due again (`Next::Yield`) runs at the next.
         let now_units = crate::scheduler::work::state::now_units(shared.now_ns());
         for (entry, due) in set_aside {
             core.wheel.insert(entry, due, now_units);
-        }
-        if core.shutdown {
-            return runs;
         }
         set_drained_timer(shared, &mut core, now);
         runs

@@ -584,19 +584,7 @@ impl Shared {
         }
         core.shutdown = true;
         let entries = core.wheel.drain();
-        let mut ended = Vec::new();
-        for entry in &entries {
-            // A detached work's life ends with the scheduler (a running one's ends when
-            // its run completes, with its re-arm refused).
-            let (old, new) = entry
-                .header()
-                .state
-                .update(|state| Some(state.drained()))
-                .expect("the edit always applies");
-            if new.is_orphaned() && !old.is_orphaned() {
-                ended.push(entry.work_ref());
-            }
-        }
+        let ended = Self::disarm_drained(&entries);
         self.idle.notify_all();
         if self.config.hosted {
             // Nothing is ever due again: the descriptor is disarmed (which also clears
@@ -618,5 +606,24 @@ impl Shared {
         // Every remaining closure was dropped or is kept by its handle, so dropping the
         // entries runs no user code.
         drop(entries);
+    }
+
+    /// Disarms the works of timer entries taken out at shutdown (the wheel's, or the
+    /// ones a hosted `run_due` held back for its next call); returns the detached works
+    /// whose life ends with the scheduler, for the caller to end with no lock held (a
+    /// running one's ends when its run completes, with its re-arm refused).
+    pub(crate) fn disarm_drained(entries: &[Entry]) -> Vec<WorkRef> {
+        let mut ended = Vec::new();
+        for entry in entries {
+            let (old, new) = entry
+                .header()
+                .state
+                .update(|state| Some(state.drained()))
+                .expect("the edit always applies");
+            if new.is_orphaned() && !old.is_orphaned() {
+                ended.push(entry.work_ref());
+            }
+        }
+        ended
     }
 }

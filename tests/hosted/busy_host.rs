@@ -213,3 +213,52 @@ fn run_due_at_most_bounds_a_call_and_leaves_the_rest_due_at_once() {
     #[cfg(all(target_os = "linux", not(nicework_portable)))]
     assert!(!common::wakers::readable(&driver));
 }
+
+#[test]
+fn a_shutdown_from_a_callback_disarms_the_works_held_back_for_the_next_call() {
+    // X yields (held back for the next call once it ran); W arms Y due at once, behind
+    // X; Y drops the last handle. Y must come due in the call's own time unit, so retry
+    // until the three run in one call.
+    for _ in 0..2_000 {
+        let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+        let (flag, x_dropped) = common::drop_flag();
+        let x = sched.work(move |_| {
+            let _ = &flag;
+            Next::Yield
+        });
+        let owner = Arc::new(std::sync::Mutex::new(Some(sched.clone())));
+        let y = {
+            let owner = owner.clone();
+            Arc::new(sched.work(move |_| {
+                drop(owner.lock().unwrap().take());
+                Next::Park
+            }))
+        };
+        let w = {
+            let y = y.clone();
+            sched.work(move |_| {
+                y.schedule(Duration::ZERO);
+                Next::Park
+            })
+        };
+        x.schedule(Duration::ZERO);
+        w.schedule(Duration::ZERO);
+        drop(sched);
+        if driver.run_due() != 3 {
+            continue;
+        }
+        assert!(
+            !x.is_pending(),
+            "a held-back work stayed armed after the shutdown"
+        );
+        assert_eq!(x.deadline(), None);
+        assert!(!x.schedule(Duration::ZERO), "shut down: arms are refused");
+        x.detach();
+        assert!(
+            x_dropped.load(SeqCst),
+            "a detached work's life ends at shutdown"
+        );
+        return;
+    }
+    panic!("the three works never ran in one call");
+}
