@@ -23,3 +23,25 @@ pub fn uses_membarrier() -> bool {
 pub fn run_thread_exit_hook_for_loom() {
     crate::cid::run_thread_exit_hook_now();
 }
+
+/// Loom models only: makes `sched`, a manual scheduler, stamp the touches of timeouts made
+/// after this call with its touch tick (idles of 1 s or more), as a real scheduler does,
+/// with the tick's times read from the virtual clock. `advance` then refreshes the tick
+/// and judges the stamps, so a model can race touches against refreshes and decisions.
+#[cfg(all(loom, feature = "loom"))]
+pub fn stamp_with_ticks_for_loom(sched: &crate::Scheduler) {
+    sched
+        .shared()
+        .manual_ticks
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// When `sched`'s touch-tick refresher runs next, `None` while it is parked, for tests of
+/// its schedule (a count, where a real-clock lateness would be a timing).
+pub fn next_tick_refresh(sched: &crate::Scheduler) -> Option<std::time::Instant> {
+    let shared = sched.shared();
+    shared
+        .touch_tick
+        .next_refresh_ns()
+        .map(|ns| shared.instant_at(ns))
+}

@@ -281,10 +281,11 @@
 //! entry is placed no later than the new deadline (a work re-armed for "now + delay" over
 //! and over, or cancelled and re-armed); only an earlier deadline takes the scheduler's
 //! lock to place a new entry. `touch()` on an armed work is a single load; on a timeout
-//! work, a few loads, a clock read and a compare, and it wakes nothing. Long idles and
-//! long delays on the lock-free arming paths read `CLOCK_MONOTONIC_COARSE` on Linux
-//! (rounded up so that nothing runs early, and late by at most 1/100 of the idle or
-//! delay; see [`Scheduler::timeout`] and [`Builder::slack`]). A stale entry (of a work
+//! work of 1 s idle or more, a few loads and a compare, with no clock read: it records
+//! the scheduler's touch tick, which a worker refreshes only while touches come (the
+//! kernel's timers count jiffies the same way); shorter idles read the clock. Long
+//! delays on the lock-free arming paths read `CLOCK_MONOTONIC_COARSE` on Linux (rounded
+//! so that nothing runs early; see [`Builder::slack`]). A stale entry (of a work
 //! cancelled, re-armed earlier or dropped) leaves when its tick comes, at the cost of at
 //! most one wakeup it may share, or in a sweep once stale entries may be half the wheel;
 //! a dropped work's closure is freed at once, its 72-byte header with its last entry.

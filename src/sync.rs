@@ -17,7 +17,7 @@
 //! - `X:` only the owner touches it (the thread that holds the run, or the handle).
 //! - `L:` the scheduler's core lock (`Shared::core`).
 //! - `T:` a leaf mutex of its own, the one the field is or names (the workers' join
-//!   handles, their ids, the list of live works, a
+//!   handles, their ids, the list of live works, the touch tick's history, a
 //!   `run_chunked`'s results): never taken with another lock held, nor another taken
 //!   under it.
 //! - `S:` an id space's lock (`SpaceInner::state`).
@@ -32,7 +32,7 @@
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use loom::thread_local;
@@ -41,7 +41,7 @@ mod imp {
 #[cfg(not(all(loom, feature = "loom")))]
 mod imp {
     pub(crate) use std::sync::atomic::{
-        AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+        AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread_local;

@@ -153,3 +153,51 @@ fn timeout_touch_against_cancel_sync() {
         assert_eq!(runs.load(Ordering::SeqCst), 0);
     });
 }
+
+/// A touch of a tick-stamped timeout (idle 1 s: its touch stores the scheduler's touch
+/// tick instead of a time) racing an `advance` that refreshes the tick and judges the
+/// work. A touch that completed before the run began (the toucher saw no run) holds the
+/// run back to at least its own time + idle, whichever tick it read and whenever the
+/// refresh published the next one; and the work runs in the end. (Judging a stamp by
+/// its own tick's time instead of the next one's fails here.)
+#[test]
+fn touch_against_a_tick_refresh_and_the_decision() {
+    const TICK_IDLE: Duration = Duration::from_secs(1);
+    loom::model(|| {
+        let sched = Scheduler::manual();
+        nicework::hooks::stamp_with_ticks_for_loom(&sched);
+        // Run start times; a std mutex, held for no loom operation.
+        let ran_at = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = ran_at.clone();
+        let work = Arc::new(sched.timeout(TICK_IDLE, move |cx| {
+            record.lock().unwrap().push(cx.scheduler().now());
+            Next::Park
+        }));
+        // A first touch wakes the refresher, due 1/16 of the idle later.
+        sched.advance(Duration::from_millis(850));
+        work.touch();
+        sched.advance(Duration::from_millis(50));
+        let toucher = {
+            let (work, sched) = (work.clone(), sched.clone());
+            thread::spawn(move || {
+                let at = sched.now();
+                work.touch();
+                let before_any_run = !work.is_running() && work.stats().runs == 0;
+                (at, before_any_run)
+            })
+        };
+        // The refresh (due at 912.5 ms) and the deadline (1 s) race the touch at 900 ms.
+        sched.advance(Duration::from_millis(100));
+        let (touched_at, before_any_run) = toucher.join().unwrap();
+        sched.advance(TICK_IDLE * 3);
+        let ran_at = ran_at.lock().unwrap().clone();
+        assert!(!ran_at.is_empty(), "the work never ran");
+        if before_any_run {
+            assert!(
+                ran_at[0] >= touched_at + TICK_IDLE,
+                "ran {:?} after a touch that returned before the run, within the idle",
+                ran_at[0] - touched_at
+            );
+        }
+    });
+}

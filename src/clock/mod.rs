@@ -1,6 +1,7 @@
 //! Time sources: `mod.rs` holds the clock (full readings, and manual time's counterpart),
-//! `coarse.rs` the cheaper coarse readings the lock-free arming paths and long timeouts'
-//! touches take, and the sleeper a worker blocks on (`clock::sleeper`): `timerfd.rs` on Linux, `alarm.rs` (a
+//! `coarse.rs` the cheaper coarse readings the lock-free arming paths take,
+//! `touch_tick.rs` the tick a long timeout's touch reads instead of a clock, and the
+//! sleeper a worker blocks on (`clock::sleeper`): `timerfd.rs` on Linux, `alarm.rs` (a
 //! timed condition-variable wait) on every other OS and on Linux built with
 //! `--cfg nicework_portable`.
 //!
@@ -19,6 +20,7 @@ pub(crate) mod sleeper;
 pub(crate) mod sleeper;
 
 mod coarse;
+pub(crate) mod touch_tick;
 
 use std::time::{Duration, Instant};
 

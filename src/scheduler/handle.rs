@@ -269,21 +269,6 @@ impl Scheduler {
     /// `idle` follows the rules of every delay: zero is due at the next opportunity (its
     /// re-arms round up to the slack), and a huge one saturates (never due).
     ///
-    /// # Precision: one rule for every idle
-    ///
-    /// - **Never early:** the callback runs no earlier than the last touch + `idle` (a
-    ///   touch that returned before the run began).
-    /// - **Late by at most `max(slack, idle / 100)`** after that, plus the time the worker
-    ///   waits for a CPU (a nice-19 worker on a busy machine). Idles of at least 100 of
-    ///   the coarse clock's margins (3.2 s on Linux, more on a VM whose coarse clock lags)
-    ///   stamp touches with `CLOCK_MONOTONIC_COARSE`, rounded up by that margin; shorter
-    ///   idles, other OSes and manual schedulers read the full clock.
-    /// - **Touches cost no wakeups:** a touch stores the time and wakes nothing. While the
-    ///   work is touched its timer fires at most once per `idle`, to place itself again;
-    ///   left alone, it wakes a worker once, for the reap.
-    ///
-    /// `cargo bench --bench timeouts` measures the rule for idles from 100 ms to 60 s.
-    ///
     /// # Examples
     ///
     /// ```
@@ -389,9 +374,6 @@ impl Scheduler {
 
     /// An idle timeout for an object, like [`timeout`](Self::timeout): the closure
     /// reaches the object through a `Weak` and the work stops once the object is gone.
-    /// Its reaps follow `timeout`'s precision rule: never before the last touch + `idle`,
-    /// at most `max(slack, idle / 100)` after (plus the worker's wait for a CPU), and
-    /// touches cost no wakeups.
     ///
     /// # Examples
     ///

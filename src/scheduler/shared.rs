@@ -8,7 +8,8 @@
 //!   the period rule;
 //! - `work/cancel.rs`: `cancel`, `cancel_sync`, the handle's release, `disable`/`enable`;
 //! - `work/run.rs`: a run's life (classify, take, execute, complete) and `advance`;
-//! - `work/timeout.rs`: a timeout's touch and due time;
+//! - `work/timeout.rs`: a timeout's touch and due time, and the touch tick's scheduler
+//!   side;
 //! - `work/listing.rs`: the list of live works;
 //! - `work/stats.rs`: statistics snapshots;
 //! - `wait/flush.rs`: `flush` and `try_flush`;
@@ -22,6 +23,7 @@ use super::WorkRef;
 use crate::Priority;
 use crate::clock::Clock;
 use crate::clock::sleeper::Sleeper;
+use crate::clock::touch_tick::TouchTick;
 use crate::scheduler::lock::{OwedWakes, WakingGuard};
 use crate::scheduler::wait::lending::Lending;
 use crate::scheduler::wakeups::WorkerWakeups;
@@ -174,6 +176,8 @@ pub(crate) struct Shared {
     pub(super) threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// T: the workers' ids and wakeup count.
     pub(crate) wakeups: WorkerWakeups,
+    /// A/T: the tick long timeouts' touches read (see `clock::touch_tick`).
+    pub(crate) touch_tick: TouchTick,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
     /// none. Never later than the earliest armed deadline rounded up to the slack: every
@@ -182,6 +186,10 @@ pub(crate) struct Shared {
     pub(super) host_wake_ns: AtomicU64,
     /// T: the live works, for `Scheduler::works` (see `listing`).
     pub(crate) registry: std::sync::Mutex<ListedSlots<Header>>,
+    /// A (loom models only): this manual scheduler stamps long timeouts with ticks, on its
+    /// virtual clock (see `hooks::stamp_with_ticks_for_loom`).
+    #[cfg(all(loom, feature = "loom"))]
+    pub(crate) manual_ticks: std::sync::atomic::AtomicBool,
     /// I: the fork generation this scheduler was made in (see `fork`).
     fork_generation: u64,
 }
@@ -227,8 +235,11 @@ impl Shared {
             handles: AtomicUsize::new(1),
             threads: std::sync::Mutex::new(Vec::new()),
             wakeups,
+            touch_tick: TouchTick::new(0),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             registry: std::sync::Mutex::new(ListedSlots::new()),
+            #[cfg(all(loom, feature = "loom"))]
+            manual_ticks: std::sync::atomic::AtomicBool::new(false),
             fork_generation: crate::fork::generation(),
         }
     }
@@ -297,11 +308,16 @@ impl Shared {
         }
     }
 
-    /// The next time the timer structure must be looked at (ns).
+    /// The next time the structure or the touch tick must be looked at (ns).
     pub(crate) fn next_wake_ns(&self, core: &Core, now_ns: u64) -> Option<u64> {
-        core.wheel
+        let timers = core
+            .wheel
             .next_wake(crate::scheduler::work::state::now_units(now_ns))
-            .map(crate::scheduler::work::state::units_to_ns)
+            .map(crate::scheduler::work::state::units_to_ns);
+        match (timers, self.touch_tick.next_refresh_ns()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub(crate) fn instant_at(&self, ns: u64) -> Instant {

@@ -98,7 +98,10 @@ pub(crate) fn main(
                 } else if core.poller_blocked {
                     shared.program(&mut core, Some(now), now);
                 }
-            } else if !core.poller_blocked && core.idle_workers > 0 && core.wheel.len() > 0 {
+            } else if !core.poller_blocked
+                && core.idle_workers > 0
+                && (core.wheel.len() > 0 || shared.touch_tick.next_refresh_ns().is_some())
+            {
                 shared.idle.notify_one();
             }
             drop(core);

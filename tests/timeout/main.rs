@@ -5,8 +5,7 @@
 //! - `edges`: Edge cases of timeout works on the manual clock.
 //! - `manual`: Idle timeouts (`Scheduler::timeout`, `timeout_for`) on the manual clock.
 //! - `threaded`: Idle timeouts on real threads and the real clock.
-//! - `long_idles`: Timeouts long enough for the coarse clock, under attack: never early,
-//!   touches never lost, no wakeups from touches.
+//! - `touch_tick`: The touch tick that long timeouts' touches read, under attack.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -30,6 +29,6 @@ fn recording_timeout(sched: &nicework::Scheduler, idle: Duration) -> (Arc<nicewo
     });
     (Arc::new(work), runs)
 }
-mod long_idles;
 mod manual;
 mod threaded;
+mod touch_tick;

@@ -99,27 +99,27 @@ fn two_threads_touching_every_2ms_keep_a_full_clock_timeout_from_running() {
 
 #[test]
 fn two_threads_touching_every_2ms_keep_a_coarse_clock_timeout_from_running() {
-    // 3.5 s is above the coarse clock's threshold on Linux (100 of its 32 ms margins):
-    // touches read `CLOCK_MONOTONIC_COARSE` rounded up by the margin, which must keep the
-    // run from coming early.
-    let idle = Duration::from_millis(3_500);
+    // 1.3 s is above the touch tick's threshold (1 s): touches read the scheduler's tick,
+    // not a clock, and a stamp counts as the time the next tick was published, which
+    // must keep the run from coming early.
+    let idle = Duration::from_millis(1300);
     let (touches, runs) = two_threads_touch(idle, Duration::from_millis(1500));
     assert_eq!(runs.len(), 1);
     assert_never_within_idle(idle, &touches, &runs);
 }
 
-/// A starved worker: the one worker is held by another work's long run while two threads
-/// keep touching a coarse-stamped timeout through that run and after it. The held
-/// worker may only make the run late: it never comes within idle of a touch, by the real
-/// clock.
+/// The touch tick under a starved worker: the one worker is held by another work's long
+/// run, so the tick's refresher cannot run, while two threads keep touching a timeout of
+/// 1.2 s (tick-stamped) through that run and after it. The stale tick may only make the
+/// run late: it never comes within idle of a touch, by the real clock.
 #[test]
-fn a_starved_worker_never_lets_a_long_timeout_run_within_idle_of_a_touch() {
+fn a_starved_worker_never_lets_a_tick_stamped_timeout_run_within_idle_of_a_touch() {
     let sched = Scheduler::new().unwrap(); // one worker
-    let idle = Duration::from_millis(3_500);
+    let idle = Duration::from_millis(1200);
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let hog = sched.once(Duration::ZERO, move |_| {
         held_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(1300)); // the worker is busy
+        std::thread::sleep(Duration::from_millis(1300)); // the worker is busy: no refresh
     });
     held_rx.recv().unwrap();
     let (touches, runs) = two_threads_touch_on(&sched, idle, Duration::from_millis(2000));
@@ -128,10 +128,12 @@ fn a_starved_worker_never_lets_a_long_timeout_run_within_idle_of_a_touch() {
     assert_eq!(hog.stats().runs, 1);
 }
 
-/// A long timeout touched once, beside a short one touched all the time: the long one
-/// must still run, not before touch + idle.
+/// A long timeout touched once, beside a short one touched all the time (which keeps the
+/// tick refreshing every 1/16 of the short idle): by the time the long one is judged its
+/// stamp is older than the exact part of the tick history, and it must still run, close
+/// to touch + idle, and not before.
 #[test]
-fn a_long_timeout_touched_once_runs_beside_a_short_one_touched_all_the_time() {
+fn a_long_timeout_touched_once_runs_beside_a_short_one_that_keeps_the_tick_busy() {
     let sched = Scheduler::new().unwrap();
     let short = sched.timeout(Duration::from_secs(1), |_| Next::Park);
     let long_idle = Duration::from_secs(5);
@@ -154,7 +156,7 @@ fn a_long_timeout_touched_once_runs_beside_a_short_one_touched_all_the_time() {
         stop.store(true, Ordering::SeqCst);
         ran
     });
-    let ran = ran.expect("the long timeout ran while the short one was touched");
+    let ran = ran.expect("the long timeout ran while the short one kept the tick busy");
     assert!(
         ran >= touched + long_idle,
         "ran {:?} after its touch",

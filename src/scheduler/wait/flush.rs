@@ -120,9 +120,9 @@ impl Shared {
             take_pending = false;
             ran_here = true;
             let deadline_ns = crate::scheduler::work::state::units_to_ns(state.deadline());
-            let mut touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
+            let touch_stamp = load_ordered_after_seqcst_writes(&work.header().period_or_touch);
             if state.is_timeout() {
-                touch_stamp = self.taking_timeout_run(work, touch_stamp);
+                self.taking_timeout_run(touch_stamp);
             }
             core.lending.stats.helped += 1;
             let now = self.now_ns();

@@ -393,6 +393,12 @@ impl Shared {
         if claimed && armed.is_none() {
             work.header().state.release_period_claim();
         }
+        if let Some((old, _)) = armed {
+            if old.is_timeout() && self.stamps_with_ticks(work) && self.touch_tick.note_touch() {
+                // Its touches postpone it from now on: the tick must move.
+                self.wake_touch_tick_locked(&mut core, now);
+            }
+        }
     }
 
     /// Arms a new work (`every`, `timeout`) for its first run.

@@ -13,7 +13,7 @@ use crate::scheduler::wait::flush::Waiting;
 use crate::scheduler::work::allocation::{Callback, Closure, OnceClosure, TimeoutClosure, WorkRef};
 use crate::scheduler::work::cancel::Release;
 use crate::scheduler::work::state::{Kind, State};
-use crate::scheduler::work::timeout::COARSE_TOUCH;
+use crate::scheduler::work::timeout::PRECISE_TOUCH;
 
 /// The owning handle of a delayed work (the kernel's `struct delayed_work`).
 ///
@@ -109,16 +109,16 @@ impl Work {
     where
         F: FnMut(&mut Ctx<'_>) -> Next + Send + 'static,
     {
-        let coarse = if scheduler.shared().coarse_touch(idle_ns) {
-            COARSE_TOUCH
-        } else {
+        let precise = if scheduler.shared().tick_touch(idle_ns) {
             0
+        } else {
+            PRECISE_TOUCH
         };
         Work::from_callback(
             scheduler,
             TimeoutClosure::new(idle_ns, f),
             Kind::Timeout,
-            coarse,
+            precise,
         )
     }
 
@@ -317,14 +317,10 @@ impl Work {
     ///
     /// On a [timeout](Scheduler::timeout) work, activity *postpones* the run instead: the
     /// work becomes due no earlier than now + its idle duration. On an armed or running
-    /// timeout work this takes no lock, never touches the timer structure and wakes
-    /// nothing: it records the time (a clock read, the coarse clock for an idle of 100
-    /// coarse margins or more, and an atomic `fetch_max` when the time read moved past
-    /// the recorded one). The reap then comes at most `max(slack, idle / 100)` after the
-    /// last touch + idle, never before; touches cost no wakeups (the timer fires at most
-    /// once per idle while the work is touched, to place itself again); see
-    /// [`Scheduler::timeout`]. A touch during a run is never lost: the work ends armed for
-    /// that touch + idle, unless the callback returned `Stop`.
+    /// timeout work this takes no lock and never touches the timer structure: it records
+    /// the time (a clock read, and an atomic `fetch_max` at most once per clock tick). A
+    /// touch during a run is never lost: the work ends armed for that touch + idle, unless
+    /// the callback returned `Stop`.
     ///
     /// A touch racing with the callback returning [`Next::Park`] is never lost: the work
     /// ends armed. A touch during a run changes nothing else the callback decides:

@@ -9,8 +9,8 @@
 //! - [`arming`]: `schedule`, `reschedule`, `schedule_within`, a periodic work's
 //!   `touch`, `detach`: lock-free where the live timer entry serves, else under the lock.
 //! - [`cancel`]: `cancel`, `cancel_sync` and the handle's drop, `disable`/`enable`.
-//! - [`timeout`]: idle timeouts: the lock-free touch, when a touched work is due, and the
-//!   one precision rule for every idle.
+//! - [`timeout`]: idle timeouts: the lock-free touch, when a touched
+//!   work is due, and which of them stamp with the touch tick (`clock::touch_tick`).
 //! - [`run`]: a run's lifecycle: take, execute (unlocked, contained), complete; manual
 //!   time's `advance`.
 //! - [`entry`]: a timer entry, a counted reference tagged with the epoch it was placed

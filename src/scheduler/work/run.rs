@@ -16,7 +16,6 @@ use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::state::{State, now_units, units_ceil, units_to_ns};
-use crate::scheduler::work::timeout::touch_due;
 use crate::sync::{Ordering, fence, load_ordered_after_seqcst_writes};
 
 /// A run that was taken and must now be executed.
@@ -107,7 +106,7 @@ impl Shared {
                     state = firing;
                 }
                 stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
-                due = due.max(touch_due(stamp, entry.work().period_ns()));
+                due = due.max(self.touch_due(stamp, entry.work().period_ns()));
             }
             if due > now {
                 if header.stats.placement() == Placement::encode(due, state.epoch()) {
@@ -136,6 +135,8 @@ impl Shared {
     /// Moves what is due at `now_ns` from the wheel to the ready queue, dropping stale
     /// entries and placing postponed ones again.
     pub(crate) fn expire(&self, core: &mut Core, now_ns: u64) {
+        // Before any decision, so the stamps it reads have their tick's successor.
+        self.touch_tick.refresh(now_ns, || self.now_ns());
         let now = now_units(now_ns);
         core.wheel
             .expire(now, |entry| match self.classify(&entry, now) {
@@ -457,7 +458,9 @@ impl Shared {
             return;
         }
         let idle = work.period_ns();
-        let due = touch_due(stamp, idle).max(Shared::deadline_after(now_ns, idle));
+        let due = self
+            .touch_due(stamp, idle)
+            .max(Shared::deadline_after(now_ns, idle));
         self.commit(core, work, now_ns, |old| {
             if old.is_pending_or_running() || old.refuses_touch() {
                 return None;

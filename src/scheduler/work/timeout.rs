@@ -23,9 +23,9 @@
 //! re-arms the work for touch + idle when the run ends.
 //!
 //! - `touch()` on an armed (or running) timeout work records the time and takes no lock:
-//!   a few atomic loads, a clock read (see "Precision") and a compare, plus one
-//!   `fetch_max` when the time read has moved past the recorded stamp. It never touches
-//!   the timer structure and wakes nothing.
+//!   a few atomic loads and a compare (an idle of 1 s or more reads the scheduler's
+//!   touch tick, a shorter one the clock), plus one `fetch_max` when the tick or clock
+//!   has moved since the last recorded touch. It never touches the timer structure.
 //! - The timer entry stays where it was. When it fires before the postponed deadline, the
 //!   worker places it again for the rest, without calling the callback; that is not a run
 //!   in the stats.
@@ -35,50 +35,51 @@
 //!   touch + idle, whatever the callback returned, except `Stop`, a cancellation or a
 //!   panic.
 //!
-//! # Precision: one rule for every idle
+//! # Clock
 //!
-//! - **Never early:** a timeout runs no earlier than its last touch + idle.
-//! - **Late by at most `max(slack, idle / 100)`** after that, plus the time its worker
-//!   waits for a CPU (a nice-19 worker on a busy machine). On a real scheduler, an idle
-//!   long enough that the coarse clock's margin is at most 1/100 of it (on Linux 100 ×
-//!   32 ms = 3.2 s, more on a VM whose coarse clock lags) stamps touches with the coarse
-//!   clock's upper reading, which errs late by up to that margin and never early (see
-//!   `clock`); shorter idles, every idle elsewhere, and every idle on a manual scheduler
-//!   read the full clock, and the reap waits only for the slack.
-//! - **Touches cost no wakeups:** a touch stores a stamp and wakes nothing. While a work
-//!   is touched, its timer entry fires at most once per idle (at the deadline it was
-//!   placed for, to place itself again for the rest); left alone, it wakes a worker once,
-//!   for the reap. Entries due within one slack of each other share a wakeup.
-//!
-//! A coarse stamp moves once per kernel tick, so a work touched from many threads takes
-//! one `fetch_max` per tick, not one per touch.
+//! On a real scheduler, touches of a work whose idle is at least 1 s are stamped with the
+//! scheduler's touch tick (see `clock::touch_tick`): no clock is read, and a stamp counts as the
+//! time the tick after it was published, so a timeout may run up to one tick interval
+//! late (1/16 of the shortest such idle, more while the workers are starved) and never
+//! early. Shorter idles, and every idle on a manual scheduler, read the full clock.
 
 use super::WorkRef;
-use crate::scheduler::shared::Shared;
+use crate::clock::touch_tick::TICK_MIN_IDLE_NS;
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::state::units_ceil;
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
 
-/// A timeout work's touch stamp is the time of its latest touch + 1, or 0 if never
-/// touched; this high bit, set at creation and kept by every touch, says its touches
-/// read the coarse clock.
-pub(super) const COARSE_TOUCH: u64 = 1 << 63;
+/// A timeout work's touch stamp (the time of its latest touch + 1, or 0 if never
+/// touched): the high bit says it is recorded with the full clock.
+pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
 
 // === `impl Shared`, this file's part: a timeout work's lock-free touch and when a touched
 // work is due. ===
 impl Shared {
     /// A timeout work's postponement: due no earlier than this (units) by its latest
     /// touch; 0 for other works.
+    ///
+    /// A read: it never publishes a tick (see `clock::touch_tick`), and in a `fork()`ed child
+    /// (where the tick's lock may be held by a thread that is gone) a tick stamp counts
+    /// as touched now.
     pub(crate) fn postponed_to(&self, work: &WorkRef) -> u64 {
         if !work.header().state.load().is_timeout() {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-        touch_due(stamp, work.period_ns())
+        due_after_touch(stamp, work.period_ns(), |tick| {
+            let now = self.now_ns();
+            if self.is_forked_copy() {
+                now
+            } else {
+                self.touch_tick.read_upper_time_ns(tick, now)
+            }
+        })
     }
 
-    /// A timeout work's touch: records the time (the coarse clock's upper reading for a
-    /// long idle, else the full clock), raising the stamp only when the time read moved
-    /// past it, and arms the work only if it is neither armed nor running.
+    /// A timeout work's touch: records the time (the touch tick for a long idle, else the
+    /// full clock), raising the stamp at most once per tick, and arms the work only if it
+    /// is neither armed nor running.
     ///
     /// Ordering: the stamp's `fetch_max` comes before a `SeqCst` re-read of the state
     /// word, and both the worker's decision to run (it sets `FIRING`, then reads the
@@ -92,16 +93,17 @@ impl Shared {
         // the slow path below has the gate.
         let stamp_word = &work.header().period_or_touch;
         let recorded = load_ordered_after_seqcst_writes(stamp_word);
-        let coarse = recorded & COARSE_TOUCH;
-        let time = if coarse != 0 {
-            self.clock.coarse_upper_ns()
+        let precise = recorded & PRECISE_TOUCH;
+        // A tick stamp is the tick (from 1); a full-clock stamp is the time + 1. So 0
+        // means "never touched", and stamps stay below the precision bit (a saturated
+        // virtual clock reads u64::MAX).
+        let stamp = if precise == 0 {
+            self.touch_tick.current()
         } else {
-            self.now_ns()
+            (self.now_ns().min(PRECISE_TOUCH - 2) + 1) | precise
         };
-        // A stamp is the time + 1, so 0 means "never touched", and it stays below the
-        // flag bit (a saturated virtual clock reads u64::MAX).
-        let stamp = (time.min(COARSE_TOUCH - 2) + 1) | coarse;
-        if stamp > recorded {
+        let stored = stamp > recorded;
+        if stored {
             stamp_word.fetch_max(stamp, Ordering::SeqCst);
         }
         // Read after the stamp, also when another touch recorded the same one: if the
@@ -112,46 +114,110 @@ impl Shared {
             work.header().state.clear_firing();
         }
         if state.is_pending_or_running() {
+            // Only a touch that postpones something keeps the tick moving: a stopped or
+            // parked work's touch costs no refresh.
+            if stored && precise == 0 && self.touch_tick.note_touch() {
+                self.wake_touch_tick();
+            }
             return;
         }
         self.touch_slow(work);
     }
 
+    /// Whether this timeout work's touches are stamped with the touch tick.
+    pub(crate) fn stamps_with_ticks(&self, work: &WorkRef) -> bool {
+        work.header().period_or_touch.load(Ordering::Relaxed) & PRECISE_TOUCH == 0
+    }
+
     /// A timeout work stamped `stamp` is taken to run without a decision that read its
-    /// stamp (a flush). A touch during the run may read the same coarse time as the touch
-    /// before it (the coarse clock moves once per kernel tick) and would store nothing, so
-    /// the run's completion would miss it: the stamp is lowered by one nanosecond (still
-    /// never early: it is rounded up by the coarse margin, milliseconds), and any touch
-    /// from now on stores a higher one. Returns the stamp the run is taken with; a touch
-    /// that raised the stamp meanwhile keeps it, and counts as a touch during the run.
-    pub(crate) fn taking_timeout_run(&self, work: &WorkRef, stamp: u64) -> u64 {
-        if stamp & COARSE_TOUCH == 0 || stamp & !COARSE_TOUCH <= 1 {
-            return stamp;
-        }
-        match work.header().period_or_touch.compare_exchange(
-            stamp,
-            stamp - 1,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        ) {
-            Ok(_) => stamp - 1,
-            Err(_) => stamp,
+    /// stamp (a flush): the tick moves past the stamp, so a touch during the run is seen
+    /// by the run's completion (see `clock::touch_tick`).
+    pub(crate) fn taking_timeout_run(&self, stamp: u64) {
+        if stamp & PRECISE_TOUCH == 0 {
+            self.touch_tick.move_past(stamp, || self.now_ns());
         }
     }
 
-    /// Whether a timeout work with this idle duration stamps its touches with the coarse
-    /// clock: a real scheduler, and an idle long enough that the coarse clock's margin is
-    /// at most 1/100 of it (see `clock`).
-    pub(super) fn coarse_touch(&self, idle_ns: u64) -> bool {
-        self.coarse_for(idle_ns)
+    /// When a timeout work touched at `stamp` may run (units): never earlier than the
+    /// true touch + idle. A tick stamp counts as the time its next tick was published
+    /// (see `clock::touch_tick`), which may publish that tick now.
+    pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
+        due_after_touch(stamp, idle_ns, |tick| {
+            self.touch_tick.upper_time_ns(tick, || self.now_ns())
+        })
     }
 }
 
-/// When a work touched at `stamp` may run (units): 0 if it was never touched, else its
-/// touch + `idle_ns`.
-pub(crate) fn touch_due(stamp: u64, idle_ns: u64) -> u64 {
-    let Some(touched) = (stamp & !COARSE_TOUCH).checked_sub(1) else {
+/// When a work touched at `stamp` may run (units): 0 if it was never touched (either kind
+/// of stamp), else its touch + `idle_ns`, the touch being a full-clock stamp's time or
+/// `tick_bound` of a tick stamp.
+fn due_after_touch(stamp: u64, idle_ns: u64, tick_bound: impl FnOnce(u64) -> u64) -> u64 {
+    let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
         return 0;
     };
+    let touched = if stamp & PRECISE_TOUCH != 0 {
+        clock_stamp
+    } else {
+        tick_bound(stamp)
+    };
     units_ceil(touched.saturating_add(idle_ns))
+}
+
+// === `impl Shared`, this file's second part: which timeouts stamp with the touch tick
+// (`clock::touch_tick`), and waking a worker (or the host) for its refresher. ===
+/// The scheduler's side of the tick: which timeouts stamp with it, and waking a worker
+/// (or the host) for the refresher.
+impl Shared {
+    /// Whether a timeout work with this idle duration stamps its touches with the touch
+    /// tick (a real scheduler and a long idle, see `clock::touch_tick`), registering it so; else
+    /// it stamps with the full clock.
+    pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
+        // Not in a forked child: the tick's lock may be held by a thread that is gone.
+        let ticks = (!self.clock.is_manual() || self.manual_ticks())
+            && idle_ns >= TICK_MIN_IDLE_NS
+            && !self.is_forked_copy();
+        if ticks {
+            let now = self.now_ns();
+            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
+                // A refresh scheduled for a longer idle moved earlier: make sure someone
+                // wakes for it.
+                if let Some(mut core) = self.lock_unless_forked() {
+                    if !core.shutdown {
+                        self.kick(&mut core, at, now);
+                    }
+                }
+            }
+        }
+        ticks
+    }
+
+    /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
+    /// that ask for it, so they can drive the tick on the virtual clock.
+    fn manual_ticks(&self) -> bool {
+        #[cfg(all(loom, feature = "loom"))]
+        return self.manual_ticks.load(std::sync::atomic::Ordering::Relaxed);
+        #[cfg(not(all(loom, feature = "loom")))]
+        false
+    }
+
+    /// A touch stored a tick stamp while the tick's refresher was parked: schedule it,
+    /// and make sure a worker (or the host) wakes for it.
+    #[cold]
+    pub(super) fn wake_touch_tick(&self) {
+        let Some(mut core) = self.lock_unless_forked() else {
+            return;
+        };
+        if core.shutdown {
+            return;
+        }
+        let now = self.now_ns();
+        self.wake_touch_tick_locked(&mut core, now);
+    }
+
+    /// [`wake_touch_tick`](Self::wake_touch_tick) with the core lock held.
+    pub(super) fn wake_touch_tick_locked(&self, core: &mut Core, now_ns: u64) {
+        if let Some(at) = self.touch_tick.wake(now_ns) {
+            self.kick(core, at, now_ns);
+        }
+    }
 }

@@ -1,8 +1,7 @@
-//! Timeouts whose idle is long enough for the coarse clock (`LONG`, above 100 coarse
-//! margins on Linux; elsewhere the same tests run on the full clock) against flushes,
-//! stopped works, bursts of touches from several threads, a hog, an idle-priority
-//! worker under load, and shutdown: never early, touches never lost, and touches that
-//! cost no wakeups. Orderings by `Instant` and counts; the waits are liveness bounds.
+//! The touch tick (timeouts of 1 s and more stamp touches with the scheduler's tick, not
+//! a clock) against flushes, stopped works, reads of `deadline()`, bursts, starved and
+//! idle-priority workers, shutdown and `fork()`. Orderings by `Instant` and counts; the
+//! waits are liveness bounds, and the two lateness tests bound lateness generously.
 
 use crate::common;
 
@@ -14,15 +13,13 @@ use std::time::{Duration, Instant};
 use common::eventually;
 use nicework::{Next, Scheduler, Work};
 
-/// An idle the coarse clock stamps: 100 × its 32 ms least margin is 3.2 s.
-const LONG: Duration = Duration::from_millis(3_500);
-
 /// A touch made *during* a run is never lost (the work ends armed, due no earlier than
 /// touch + idle) -- also when the run was started by `flush`, which takes the work
-/// without a decision that reads its stamp, and when the touch just before the flush
-/// read the same coarse time as the touch during the run.
+/// without a decision that reads its stamp. The tick must still move past the stamp the
+/// run was taken with, or a touch during the run would read the same tick as the touch
+/// just before the flush, store nothing, and the run's completion would miss it.
 fn touch_during_a_flushed_run_on(sched: &Scheduler, drive: impl Fn() + Send + Sync) {
-    let idle = LONG;
+    let idle = Duration::from_secs(1);
     let (started_tx, started_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let go_rx = Mutex::new(go_rx);
@@ -36,7 +33,7 @@ fn touch_during_a_flushed_run_on(sched: &Scheduler, drive: impl Fn() + Send + Sy
         }
         Next::Park
     });
-    // A touch just before the flush.
+    // A touch just before the flush: the stamp is the current tick.
     work.touch();
     let touched_in_run = std::thread::scope(|s| {
         s.spawn(|| assert!(work.flush()));
@@ -62,13 +59,13 @@ fn touch_during_a_flushed_run_on(sched: &Scheduler, drive: impl Fn() + Send + Sy
 }
 
 #[test]
-fn a_touch_during_a_flushed_run_re_arms_a_coarse_stamped_timeout() {
+fn a_touch_during_a_flushed_run_re_arms_a_tick_stamped_timeout() {
     let sched = Scheduler::new().unwrap();
     touch_during_a_flushed_run_on(&sched, || {});
 }
 
 #[test]
-fn a_touch_during_a_flushed_run_re_arms_a_coarse_stamped_timeout_hosted() {
+fn a_touch_during_a_flushed_run_re_arms_a_tick_stamped_timeout_hosted() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
     let driver = Mutex::new(driver);
     touch_during_a_flushed_run_on(&sched, || {
@@ -76,7 +73,7 @@ fn a_touch_during_a_flushed_run_re_arms_a_coarse_stamped_timeout_hosted() {
     });
 }
 
-/// Control: the same with a full-clock idle keeps the touch.
+/// Control: the same with a full-clock idle (below 1 s) keeps the touch.
 #[test]
 fn control_a_touch_during_a_flushed_run_re_arms_a_full_clock_timeout() {
     let sched = Scheduler::new().unwrap();
@@ -104,12 +101,12 @@ fn control_a_touch_during_a_flushed_run_re_arms_a_full_clock_timeout() {
 
 /// "`touch()` ... after `Next::Stop` or `cancel_sync` it does nothing": on a hosted
 /// scheduler with nothing armed, `next_deadline()` is `None` ("`None` when nothing is
-/// armed"), also after a touch of a stopped coarse-stamped timeout, which stores a stamp
-/// and wakes nothing.
+/// armed"). A touch of a stopped tick-stamped timeout still stores a stamp and wakes the
+/// tick's refresher, which then asks the host to call back every idle/16.
 #[test]
-fn touching_a_stopped_coarse_stamped_timeout_arms_nothing_hosted() {
+fn touching_a_stopped_tick_stamped_timeout_arms_nothing_hosted() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
-    let work = sched.timeout(LONG, |_| Next::Stop);
+    let work = sched.timeout(Duration::from_secs(1), |_| Next::Stop);
     assert!(work.flush());
     assert!(!work.is_pending());
     while driver.run_due() > 0 {}
@@ -129,21 +126,21 @@ fn touching_a_stopped_coarse_stamped_timeout_arms_nothing_hosted() {
 }
 
 /// The same on a threaded scheduler, counted in worker wakeups: touching a stopped work
-/// for 1.5 s must cost (about) none. The count is the
+/// for 1.5 s must cost (about) none, not 16 refreshes a second. The count is the
 /// kernel's, so it includes the worker's start and any wait for the core lock: the worker
 /// runs at the caller's priority, so that a starved nice-19 worker does not start (or
 /// meet the stale entry) inside the measured stretch, beside other tests' spinning
 /// threads in a busy binary.
 #[test]
-fn touching_a_stopped_coarse_stamped_timeout_costs_no_wakeups() {
+fn touching_a_stopped_tick_stamped_timeout_costs_no_wakeups() {
     let sched = common::normal_priority_builder().build().unwrap();
     let created = Instant::now();
-    let work = sched.timeout(LONG, |_| Next::Stop);
+    let work = sched.timeout(Duration::from_secs(1), |_| Next::Stop);
     assert!(work.flush());
-    // Past the stale entry the creation left at `LONG`, whose wakeup (and any wait for
-    // the lock the worker meets in it, on a loaded machine) is not the touches' doing.
+    // Past the stale entry the creation left at 1 s, whose wakeup (and any wait for the
+    // lock the worker meets in it, on a loaded machine) is not the touches' doing.
     std::thread::sleep(
-        (created + LONG + Duration::from_millis(300)).saturating_duration_since(Instant::now()),
+        (created + Duration::from_millis(1300)).saturating_duration_since(Instant::now()),
     );
     let before = sched.metrics().worker_wakeups;
     let until = Instant::now() + Duration::from_millis(1500);
@@ -158,6 +155,53 @@ fn touching_a_stopped_coarse_stamped_timeout_costs_no_wakeups() {
     );
 }
 
+/// The history's bound of an untouched stamp may move later, but by the module's claim
+/// "at most 1/16 of its age" in ticks, which the docs turn into "at most 1/16 of its
+/// idle late". A read such as `deadline()` publishes no tick, so a burst of another
+/// work's touches and reads, as a monitoring loop makes, must not push an older stamp out
+/// of the exact levels: if reads published ticks, its bound would become the time of a
+/// coarse multiple published *in the burst*, and a work touched once and left alone
+/// would move about a whole idle later, with no touch. The idle is long beside the
+/// test's steps (about 1.1 s), so that a test thread slowed down (ASan's, in CI) still
+/// reads the deadline before the run.
+#[test]
+fn a_burst_of_deadline_reads_moves_an_untouched_timeout_far_later() {
+    let sched = Scheduler::new().unwrap();
+    let idle = Duration::from_secs(4);
+    let ran: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let record = ran.clone();
+    let victim = sched.timeout(idle, move |_| {
+        *record.lock().unwrap() = Some(Instant::now());
+        Next::Park
+    });
+    let other = sched.timeout(Duration::from_secs(3600), |_| Next::Park);
+    let touched = Instant::now();
+    victim.touch();
+    // Let the refresher (every idle/16, 250 ms) publish the tick after the stamp.
+    std::thread::sleep(Duration::from_millis(600));
+    let before = victim.deadline().unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    // Another work's touch + deadline(), as a monitoring loop would: one tick each.
+    let until = Instant::now() + Duration::from_millis(100);
+    let mut reads = 0u64;
+    while Instant::now() < until {
+        other.touch();
+        let _ = other.deadline();
+        reads += 1;
+    }
+    let after = victim.deadline().unwrap();
+    assert!(eventually(|| ran.lock().unwrap().is_some()));
+    let ran = ran.lock().unwrap().unwrap();
+    assert!(ran >= touched + idle);
+    assert!(
+        after <= before + idle / 16,
+        "untouched, its deadline moved {:?} later (after {reads} deadline reads of \
+         another work); it ran {:?} after its only touch",
+        after - before,
+        ran - touched
+    );
+}
+
 /// A timeout work, its touches, its runs and its idle.
 type Probed = (
     Arc<Work>,
@@ -166,15 +210,15 @@ type Probed = (
     Duration,
 );
 
-/// Never early, with several coarse-stamped works of different idles, some created late,
+/// Never early, with several tick-stamped works of different idles, some created late,
 /// touched in bursts from four threads, on two workers one of which is often held by a
-/// long run. For every run: no touch of that work that completed
+/// long run (so refreshes are late). For every run: no touch of that work that completed
 /// before the run started lies within idle of it.
 #[test]
 fn many_works_bursty_touchers_and_a_hog_never_run_within_idle() {
     let sched = Scheduler::builder().workers(2).build().unwrap();
     type Log = Arc<Mutex<Vec<(Instant, Instant)>>>;
-    let idles = [3_500u64, 3_600, 3_800, 4_200];
+    let idles = [1000u64, 1100, 1300, 1700];
     let mut works: Vec<Probed> = Vec::new();
     let stop = Arc::new(AtomicBool::new(false));
     // A hog that holds a worker for 300 ms every 350 ms.
@@ -218,9 +262,9 @@ fn many_works_bursty_touchers_and_a_hog_never_run_within_idle() {
             }
         };
     spawn_touchers(&works, &mut threads, 1);
-    // Works created late.
+    // Works created late, after many ticks.
     std::thread::sleep(Duration::from_millis(800));
-    for ms in [3_500u64, 4_500] {
+    for ms in [1000u64, 2000] {
         add(&mut works, ms);
     }
     spawn_touchers(&works[idles.len()..], &mut threads, 2);
@@ -257,13 +301,49 @@ fn many_works_bursty_touchers_and_a_hog_never_run_within_idle() {
     assert!(total_runs >= works.len());
 }
 
-/// Shutdown, drop and cancel_sync while touches and deadline reads race.
+/// Cheap when idle, hosted: once touches stop and the work ran, the refresher parks and
+/// the host is told nothing is due (`next_deadline() == None`).
 #[test]
-fn drop_shutdown_and_cancel_sync_while_touches_race_never_hang() {
+fn a_hosted_refresher_parks_after_a_burst() {
+    let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+    let idle = Duration::from_secs(1);
+    let runs = Arc::new(AtomicU64::new(0));
+    let count = runs.clone();
+    let work = sched.timeout(idle, move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+        Next::Park
+    });
+    let mut last = Instant::now();
+    let until = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < until {
+        last = Instant::now();
+        work.touch();
+        driver.run_due();
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    let mut ran_at = None;
+    assert!(eventually(|| {
+        if driver.run_due() > 0 && ran_at.is_none() {
+            ran_at = Some(Instant::now());
+        }
+        if let Some(at) = driver.next_deadline() {
+            std::thread::sleep(
+                at.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(50)),
+            );
+        }
+        runs.load(Ordering::SeqCst) == 1 && driver.next_deadline().is_none()
+    }));
+    assert!(ran_at.unwrap() >= last + idle);
+}
+
+/// Shutdown, drop and cancel_sync while the refresher is scheduled and touches race.
+#[test]
+fn drop_shutdown_and_cancel_sync_while_the_refresher_runs_never_hang() {
     for round in 0..6 {
         let sched = Scheduler::builder().workers(1 + round % 2).build().unwrap();
         let works: Vec<_> = (0..4)
-            .map(|i| Arc::new(sched.timeout(LONG + Duration::from_millis(100 * i), |_| Next::Park)))
+            .map(|i| Arc::new(sched.timeout(Duration::from_millis(1000 + 100 * i), |_| Next::Park)))
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let touchers: Vec<_> = works
@@ -294,16 +374,89 @@ fn drop_shutdown_and_cancel_sync_while_touches_race_never_hang() {
     }
 }
 
+/// Forks up to 20 times while a parent thread touches a tick-stamped timeout and reads
+/// its deadline in a loop (so it holds the touch tick's std mutex most of the time);
+/// each child runs `child` and `_exit`s. Returns how many children hung (killed after
+/// 10 s); stops at the first.
+#[cfg(unix)]
+fn forks_while_the_tick_lock_is_hammered(child: impl Fn(&Scheduler, &Work)) -> usize {
+    let sched = Scheduler::new().unwrap();
+    let work = Arc::new(sched.timeout(Duration::from_secs(5), |_| Next::Park));
+    work.touch();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hammer = {
+        let (work, stop) = (work.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                work.touch();
+                let _ = work.deadline();
+            }
+        })
+    };
+    // Spinners, so the hammer is often preempted (possibly inside the lock).
+    let spinners = common::spinners(3, &stop);
+    std::thread::sleep(Duration::from_millis(50));
+    let mut hung = 0;
+    for _ in 0..100 {
+        // SAFETY: the child only runs `child` (nicework and std) and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            child(&sched, &work);
+            // SAFETY: leaves the child at once.
+            unsafe { libc::_exit(0) };
+        }
+        match common::child::wait_for_forked_child(pid, Duration::from_secs(10)) {
+            Some(code) => assert_eq!(code, 0, "the child failed"),
+            None => {
+                hung += 1;
+                break;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    hammer.join().unwrap();
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    hung
+}
+
+/// `deadline()` of a tick-stamped timeout in a `fork()`ed child: every call a user
+/// thread makes must be safe there (no lock another thread held at the fork). It now
+/// takes the touch tick's own std mutex (`upper_time_ns`, via `deadline_ns` ->
+/// `postponed_to` -> `touch_due`) with no fork gate; a parent thread that read
+/// deadlines held it at the fork, and the child blocks forever.
+#[cfg(unix)]
+#[test]
+fn a_forked_child_reads_a_timeout_deadline_while_a_parent_thread_held_the_tick_lock() {
+    let hung = forks_while_the_tick_lock_is_hammered(|_, work| {
+        let _ = work.deadline();
+    });
+    assert_eq!(hung, 0, "a forked child hung in Work::deadline()");
+}
+
+/// The same for `Scheduler::timeout` with an idle of 1 s or more in the child
+/// (`tick_touch` -> `register_idle` takes the tick's mutex, no fork gate).
+#[cfg(unix)]
+#[test]
+fn a_forked_child_makes_a_long_timeout_while_a_parent_thread_held_the_tick_lock() {
+    let hung = forks_while_the_tick_lock_is_hammered(|sched, _| {
+        std::mem::forget(sched.timeout(Duration::from_secs(2), |_| Next::Park));
+    });
+    assert_eq!(hung, 0, "a forked child hung in Scheduler::timeout()");
+}
+
 /// Never early with a `SCHED_IDLE` worker under CPU load (spinners on every core, so the
-/// worker is starved), two threads touching a coarse-stamped timeout; then, with the load
-/// gone, it runs and parks, and costs (about) no wakeups.
+/// refresher is starved), two threads touching a 1.1 s timeout; then, with the load
+/// gone, it runs and parks, and the parked refresher costs (about) no wakeups.
 #[test]
 fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
     let sched = Scheduler::builder()
         .priority(nicework::Priority::Idle)
         .build()
         .unwrap();
-    let idle = LONG;
+    let idle = Duration::from_millis(1100);
     let log: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
     let (work, runs) = crate::recording_timeout(&sched, idle);
     let stop = Arc::new(AtomicBool::new(false));
@@ -318,7 +471,7 @@ fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
                 log.lock().unwrap().push((started, Instant::now()));
                 i += 1;
                 // Thread 0 pauses longer than idle now and then, so runs may come.
-                let pause = if t == 0 && i % 200 == 0 { 3_700 } else { 4 };
+                let pause = if t == 0 && i % 200 == 0 { 1300 } else { 4 };
                 std::thread::sleep(Duration::from_millis(pause));
             }
         }));
@@ -341,10 +494,51 @@ fn an_idle_priority_worker_under_load_never_runs_early_and_parks_after() {
             .unwrap();
         assert!(*run >= last + idle, "ran {:?} after a touch", *run - last);
     }
-    // Parked: let any stale entry's wakeup pass, then count.
+    // Parked: give the refresher two intervals to notice, then count.
     std::thread::sleep(Duration::from_millis(300));
     let before = sched.metrics().worker_wakeups;
     std::thread::sleep(Duration::from_millis(600));
     let woke = sched.metrics().worker_wakeups - before;
     assert!(woke <= 1, "{woke} wakeups with nothing touched or armed");
+}
+
+/// "Runs within about touch + idle + idle/16": the refresher's interval is the shortest
+/// registered idle / 16, also when a refresh was already scheduled for a longer idle (a
+/// touch of a 1 h timeout: in 225 s): a 1 s timeout created afterwards must get its
+/// refreshes every 62.5 ms, or its last stamp's successor would only be published when
+/// it is judged, and it would run a whole idle late.
+#[test]
+fn a_short_timeout_created_after_a_long_ones_touch_is_not_an_idle_late() {
+    let sched = Scheduler::new().unwrap();
+    let long = sched.timeout(Duration::from_secs(3600), |_| Next::Park);
+    long.touch(); // schedules the refresher in 3600 s / 16
+    let far = nicework::hooks::next_tick_refresh(&sched).expect("a touch schedules it");
+    let idle = Duration::from_secs(1);
+    let ran: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let record = ran.clone();
+    let created = Instant::now();
+    let short = sched.timeout(idle, move |_| {
+        *record.lock().unwrap() = Some(Instant::now());
+        Next::Park
+    });
+    // The schedule, not a measured lateness: the refresh moved from 225 s away to within
+    // 1/16 of the short idle of its creation (or already ran and was rescheduled so).
+    let next = nicework::hooks::next_tick_refresh(&sched).expect("still scheduled");
+    assert!(
+        next < far && next <= Instant::now() + idle / 16,
+        "the refresher runs in {:?}, not within idle/16 of the short timeout's creation \
+         (scheduled {:?} after it)",
+        next.saturating_duration_since(Instant::now()),
+        next.saturating_duration_since(created)
+    );
+    let mut last = Instant::now();
+    let until = last + Duration::from_millis(1300);
+    while Instant::now() < until {
+        last = Instant::now();
+        short.touch();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(eventually(|| ran.lock().unwrap().is_some()));
+    let ran = ran.lock().unwrap().unwrap();
+    assert!(ran >= last + idle, "early");
 }
