@@ -36,11 +36,12 @@
 //! - A touch: one relaxed load of the tick besides what every timeout touch does (the
 //!   stamp word, the state word); a store only once per tick per work, which also marks
 //!   the tick as used.
-//! - The refresher runs every `interval` (the shortest idle of the scheduler's tick-stamped
-//!   works, divided by 16, so a timeout runs at most 1/16 of its idle late) while
-//!   touches store new stamps, and parks once a refresh finds none since the one before:
-//!   with no timeout touched, it costs no wakeup at all. The first touch after that wakes
-//!   it (that touch takes the core lock, once).
+//! - The refresher runs every `interval` (the shortest idle of the scheduler's live
+//!   tick-stamped works, divided by 16, so a timeout runs at most 1/16 of its idle late)
+//!   while touches store new stamps, and parks once a refresh finds none since the one
+//!   before: with no timeout touched, it costs no wakeup at all. The first touch after
+//!   that wakes it (that touch takes the core lock, once). When the shortest idle's last
+//!   work ends its life, the interval grows back to the next one's.
 //!
 //! Only real schedulers (threaded and hosted) stamp with ticks, and only for idles of at
 //! least [`TICK_MIN_IDLE_NS`]; shorter idles and manual schedulers (whose virtual clock
@@ -53,10 +54,13 @@
 //! Every change of the refresher's schedule (`wake`, `refresh`) runs under the core lock,
 //! so the `parked` flag its readers check first never disagrees with it there.
 
+use std::collections::BTreeMap;
+
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
 
 /// The shortest idle stamped with ticks: its refresher then runs at most 16 times a
-/// second while it is touched.
+/// second while it is touched. Shorter idles read the full clock, and their reaps are
+/// coalesced to the same 1/16 of the idle (see `scheduler::work::timeout`).
 pub(crate) const TICK_MIN_IDLE_NS: u64 = 1_000_000_000;
 
 /// Ticks per history level (see the module docs).
@@ -67,7 +71,7 @@ const LEVELS: u32 = 20;
 const STRIDE: u64 = 4;
 
 /// The refresher's rate: a timeout runs at most 1/`IDLE_PARTS` of its idle late.
-const IDLE_PARTS: u64 = 16;
+pub(crate) const IDLE_PARTS: u64 = 16;
 
 /// A scheduler's touch tick (see the module docs).
 #[derive(Debug)]
@@ -88,8 +92,11 @@ struct TickState {
     /// `(t / STRIDE^l) % RING` of level `l` holds the time of tick `t`, a multiple of
     /// `STRIDE^l`. Empty until a tick-stamped work registers.
     times: Vec<u64>,
-    /// Time between refreshes: the shortest registered idle / [`IDLE_PARTS`].
+    /// Time between refreshes: the shortest live registered idle / [`IDLE_PARTS`].
     interval_ns: u64,
+    /// The idles of the live tick-stamped works, with how many of each: the interval
+    /// follows the shortest, and grows back when its last work's life ends.
+    live_idles: BTreeMap<u64, usize>,
     /// When the refresher runs next, `None` while parked.
     next_refresh_ns: Option<u64>,
     /// Tick 1's time, for the history once it is allocated.
@@ -143,6 +150,7 @@ impl TouchTick {
             state: Mutex::new(TickState {
                 times: Vec::new(),
                 interval_ns: u64::MAX,
+                live_idles: BTreeMap::new(),
                 next_refresh_ns: None,
                 first_ns: now_ns,
             }),
@@ -154,7 +162,8 @@ impl TouchTick {
     /// moved earlier, for the caller to wake a worker (or the host) for.
     pub(crate) fn register_idle(&self, idle_ns: u64, now_ns: u64) -> Option<u64> {
         let mut state = lock(&self.state);
-        state.interval_ns = state.interval_ns.min((idle_ns / IDLE_PARTS).max(1));
+        *state.live_idles.entry(idle_ns).or_insert(0) += 1;
+        state.interval_ns = state.interval_ns.min(interval_for(idle_ns));
         let sooner = now_ns.saturating_add(state.interval_ns);
         let moved = match state.next_refresh_ns {
             Some(at) if at > sooner => {
@@ -171,6 +180,25 @@ impl TouchTick {
             state.times = vec![first; (LEVELS * RING as u32) as usize];
         }
         moved
+    }
+
+    /// A tick-stamped work's life ended: the refresher no longer runs for its idle. A
+    /// longer interval takes effect from the next refresh (one more refresh at the
+    /// shorter one is never late).
+    pub(crate) fn unregister_idle(&self, idle_ns: u64) {
+        let mut state = lock(&self.state);
+        let Some(count) = state.live_idles.get_mut(&idle_ns) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            state.live_idles.remove(&idle_ns);
+            state.interval_ns = state
+                .live_idles
+                .keys()
+                .next()
+                .map_or(u64::MAX, |&idle| interval_for(idle));
+        }
     }
 
     /// The current tick, for a touch.
@@ -230,6 +258,13 @@ impl TouchTick {
             return;
         }
         self.publish_next(&mut state, &now);
+        if state.interval_ns == u64::MAX {
+            // No tick-stamped work lives any more: nothing to refresh for.
+            state.next_refresh_ns = None;
+            self.parked.store(true, Ordering::SeqCst);
+            self.touched.store(false, Ordering::SeqCst);
+            return;
+        }
         if self.touched.swap(false, Ordering::SeqCst) {
             state.next_refresh_ns = Some(now_ns.saturating_add(state.interval_ns));
             return;
@@ -297,6 +332,11 @@ impl TouchTick {
         state.record(next, at);
         at
     }
+}
+
+/// The refresh interval an idle needs: 1/[`IDLE_PARTS`] of it.
+fn interval_for(idle_ns: u64) -> u64 {
+    (idle_ns / IDLE_PARTS).max(1)
 }
 
 #[cfg(test)]

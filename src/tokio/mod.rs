@@ -35,8 +35,9 @@ use std::task::{Context, Poll, Waker};
 
 use crate::Driver;
 
-/// The most runs one turn of [`drive`]'s task makes before it yields to the executor.
-pub const TURN: usize = 256;
+/// The most runs one turn of [`drive`]'s task makes before it yields to the executor:
+/// tokio's own coop budget per task poll.
+pub const TURN: usize = 128;
 
 /// Runs a hosted scheduler's works on the tokio runtime that polls it, until the
 /// scheduler shuts down (its last [`Scheduler`](crate::Scheduler) handle is dropped).

@@ -164,3 +164,32 @@ fn a_long_timeout_touched_once_runs_beside_a_short_one_that_keeps_the_tick_busy(
     );
     assert_eq!(short.stats().runs, 0, "the short one was touched all along");
 }
+
+/// The one precision rule's bound, read from `deadline()` (computed from the stamp, no
+/// run waited for): for idles on both sides of 1 s, a touched timeout is due no earlier
+/// than the touch + idle and no later than that + idle / 16 + the slack (a short idle's
+/// reap rounded up to 1/16 of it, a long one's bounded by the touch tick's interval).
+#[test]
+fn a_touched_timeouts_deadline_is_within_an_idle_sixteenth_and_a_slack_of_touch_plus_idle() {
+    let sched = Scheduler::new().unwrap();
+    let slack = sched.slack();
+    for ms in [50u64, 160, 999, 1_000, 4_000] {
+        let idle = Duration::from_millis(ms);
+        let work = sched.timeout(idle, |_| Next::Park);
+        let before = Instant::now();
+        work.touch();
+        let after = Instant::now();
+        let due = work.deadline().expect("armed");
+        assert!(
+            due >= before + idle,
+            "idle {idle:?}: due before touch + idle"
+        );
+        // The tick's next refresh may not have come yet: its bound is then the time of
+        // a refresh at most one interval (idle / 16) after the touch.
+        assert!(
+            due <= after + idle + idle / 16 + slack * 2,
+            "idle {idle:?}: due {:?} after touch + idle",
+            due - (before + idle)
+        );
+    }
+}

@@ -542,3 +542,49 @@ fn a_short_timeout_created_after_a_long_ones_touch_is_not_an_idle_late() {
     let ran = ran.lock().unwrap().unwrap();
     assert!(ran >= last + idle, "early");
 }
+
+/// The threshold of the one precision rule: from 1 s up a timeout stamps with the tick
+/// (its touch schedules the refresher), below it with the full clock (its touch
+/// schedules nothing). A state, not a timing.
+#[test]
+fn idles_from_one_second_stamp_with_the_tick_and_shorter_ones_with_the_clock() {
+    let ms = Duration::from_millis(1);
+    for (idle, ticks) in [(ms * 999, false), (ms * 1000, true), (ms * 60_000, true)] {
+        let sched = Scheduler::new().unwrap();
+        let work = sched.timeout(idle, |_| Next::Park);
+        work.touch();
+        assert_eq!(
+            nicework::hooks::next_tick_refresh(&sched).is_some(),
+            ticks,
+            "idle {idle:?}"
+        );
+    }
+}
+
+/// The refresher follows the shortest idle of the *live* tick-stamped timeouts: while a
+/// 1 s timeout lives, touching a 160 s one refreshes every 62.5 ms; once the short one is
+/// dropped, every 10 s. Counted in refresh schedules (when the next refresh is due), not
+/// in time.
+#[test]
+fn the_refresh_interval_grows_back_when_the_shortest_idles_work_is_dropped() {
+    let sched = Scheduler::new().unwrap();
+    let long = sched.timeout(Duration::from_secs(160), |_| Next::Park);
+    let short = sched.timeout(Duration::from_secs(1), |_| Next::Park);
+    long.touch();
+    let next = nicework::hooks::next_tick_refresh(&sched).expect("the touch schedules it");
+    assert!(
+        next <= Instant::now() + Duration::from_millis(63),
+        "the 1 s timeout's interval (62.5 ms) serves while it lives"
+    );
+    drop(short);
+    // Touch the long one until a refresh is scheduled at the long idle's interval.
+    assert!(
+        eventually(|| {
+            long.touch();
+            std::thread::sleep(Duration::from_millis(1));
+            nicework::hooks::next_tick_refresh(&sched)
+                .is_some_and(|at| at > Instant::now() + Duration::from_secs(1))
+        }),
+        "the refresher kept the dropped short timeout's interval"
+    );
+}

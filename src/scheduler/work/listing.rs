@@ -70,6 +70,7 @@ impl Shared {
     /// code (a panic there is caught and logged).
     pub(crate) fn end_life(&self, work: &WorkRef) {
         self.unregister(work);
+        self.forget_tick_idle(work);
         contain("a work's closure panicked while being dropped", || {
             // SAFETY: the caller ends the work's life: the handle is gone or going, no run
             // is in progress and none can start (`ORPHANED` refuses every arm).

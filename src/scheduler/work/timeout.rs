@@ -35,16 +35,27 @@
 //!   touch + idle, whatever the callback returned, except `Stop`, a cancellation or a
 //!   panic.
 //!
-//! # Clock
+//! # Precision: one rule for every idle
+//!
+//! - **Never early:** the callback runs no earlier than the last touch + idle.
+//! - **Late by at most `idle / 16 + slack`** after that, plus the time the worker waits
+//!   for a CPU (a nice-19 worker on a busy machine).
+//! - **Wakeups:** left alone, a timeout wakes a worker only for its reap. While touched,
+//!   its timer fires at most once per idle (to place itself again), and idles of 1 s or
+//!   more keep the touch tick moving: one refresh per 1/16 of the shortest such idle
+//!   among the scheduler's live timeouts, shared by all of them.
 //!
 //! On a real scheduler, touches of a work whose idle is at least 1 s are stamped with the
-//! scheduler's touch tick (see `clock::touch_tick`): no clock is read, and a stamp counts as the
-//! time the tick after it was published, so a timeout may run up to one tick interval
-//! late (1/16 of the shortest such idle, more while the workers are starved) and never
-//! early. Shorter idles, and every idle on a manual scheduler, read the full clock.
+//! scheduler's touch tick (see `clock::touch_tick`): no clock is read, and a stamp counts
+//! as the time the tick after it was published, so a timeout may run up to one refresh
+//! interval late (1/16 of the shortest such live idle) and never early. Shorter idles
+//! read the full clock, and their reaps are rounded up to a multiple of 1/16 of their
+//! idle: the same allowance, so lateness has no step at 1 s (only the refresher's
+//! wakeups start there), and reaps due close together share a wakeup. A manual
+//! scheduler reads its virtual clock and rounds nothing, so tests see exact times.
 
 use super::WorkRef;
-use crate::clock::touch_tick::TICK_MIN_IDLE_NS;
+use crate::clock::touch_tick::{IDLE_PARTS, TICK_MIN_IDLE_NS};
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::state::units_ceil;
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
@@ -67,7 +78,7 @@ impl Shared {
             return 0;
         }
         let stamp = work.header().period_or_touch.load(Ordering::Acquire);
-        due_after_touch(stamp, work.period_ns(), |tick| {
+        due_after_touch(stamp, work.period_ns(), self.coalesces_reaps(), |tick| {
             let now = self.now_ns();
             if self.is_forked_copy() {
                 now
@@ -142,25 +153,43 @@ impl Shared {
     /// true touch + idle. A tick stamp counts as the time its next tick was published
     /// (see `clock::touch_tick`), which may publish that tick now.
     pub(crate) fn touch_due(&self, stamp: u64, idle_ns: u64) -> u64 {
-        due_after_touch(stamp, idle_ns, |tick| {
+        due_after_touch(stamp, idle_ns, self.coalesces_reaps(), |tick| {
             self.touch_tick.upper_time_ns(tick, || self.now_ns())
         })
+    }
+
+    /// Whether a full-clock stamp's reap is coalesced to 1/16 of its idle (see "Precision"
+    /// in the module docs): on real schedulers; a manual scheduler's tests expect exact
+    /// times.
+    fn coalesces_reaps(&self) -> bool {
+        !self.clock.is_manual()
     }
 }
 
 /// When a work touched at `stamp` may run (units): 0 if it was never touched (either kind
 /// of stamp), else its touch + `idle_ns`, the touch being a full-clock stamp's time or
-/// `tick_bound` of a tick stamp.
-fn due_after_touch(stamp: u64, idle_ns: u64, tick_bound: impl FnOnce(u64) -> u64) -> u64 {
+/// `tick_bound` of a tick stamp. With `coalesce`, a full-clock stamp's due time is rounded
+/// up to a multiple of 1/16 of the idle, the lateness a tick stamp may have: reaps due
+/// close together share a wakeup, and one rule bounds both kinds.
+fn due_after_touch(
+    stamp: u64,
+    idle_ns: u64,
+    coalesce: bool,
+    tick_bound: impl FnOnce(u64) -> u64,
+) -> u64 {
     let Some(clock_stamp) = (stamp & !PRECISE_TOUCH).checked_sub(1) else {
         return 0;
     };
-    let touched = if stamp & PRECISE_TOUCH != 0 {
-        clock_stamp
+    if stamp & PRECISE_TOUCH == 0 {
+        return units_ceil(tick_bound(stamp).saturating_add(idle_ns));
+    }
+    let due = clock_stamp.saturating_add(idle_ns);
+    let granule = idle_ns / IDLE_PARTS;
+    if coalesce && granule > 1 {
+        units_ceil(due.div_ceil(granule).saturating_mul(granule))
     } else {
-        tick_bound(stamp)
-    };
-    units_ceil(touched.saturating_add(idle_ns))
+        units_ceil(due)
+    }
 }
 
 // === `impl Shared`, this file's second part: which timeouts stamp with the touch tick
@@ -189,6 +218,18 @@ impl Shared {
             }
         }
         ticks
+    }
+
+    /// A timeout work's life ends: if it stamped with ticks, the refresher no longer runs
+    /// for its idle (see `clock::touch_tick`).
+    pub(crate) fn forget_tick_idle(&self, work: &WorkRef) {
+        // Not in a forked child: the tick's lock may be held by a thread that is gone.
+        if work.header().state.load().is_timeout()
+            && self.stamps_with_ticks(work)
+            && !self.is_forked_copy()
+        {
+            self.touch_tick.unregister_idle(work.period_ns());
+        }
     }
 
     /// Whether a manual scheduler stamps long timeouts with ticks: only in loom models
