@@ -443,3 +443,55 @@ fn with_rlimit_nice_15_a_flusher_raises_only_to_nice_5_as_uid_65534_needs_cap_sy
         AsNobody::Passed => {}
     }
 }
+
+/// A future polled by two threads in turn (A, B, A, B, ...) lends once per thread, not
+/// once per poll: the counts say two waiters, whatever the right to raise.
+#[test]
+fn a_future_polled_by_two_threads_in_turn_lends_once_per_thread() {
+    let sched = Scheduler::builder()
+        .priority(Priority::Nice(19))
+        .build()
+        .unwrap();
+    let (started_tx, started) = mpsc::channel();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let go = Mutex::new(go);
+    let work = sched.work(move |_| {
+        started_tx.send(()).unwrap();
+        let _ = go.lock().unwrap().recv_timeout(EVENTUALLY);
+        Next::Park
+    });
+    work.schedule(Duration::ZERO);
+    started.recv_timeout(EVENTUALLY).unwrap();
+    let future = Mutex::new(Box::pin(work.cancel_async()));
+    let poll = || {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(future.lock().unwrap().as_mut().poll(&mut cx).is_pending());
+    };
+    std::thread::scope(|s| {
+        let (to_b, b_polls) = mpsc::channel::<()>();
+        let (b_done, b_polled) = mpsc::channel::<()>();
+        let poll_b = &poll;
+        s.spawn(move || {
+            for () in b_polls {
+                poll_b();
+                b_done.send(()).unwrap();
+            }
+        });
+        for _ in 0..3 {
+            poll();
+            to_b.send(()).unwrap();
+            b_polled.recv().unwrap();
+        }
+    });
+    let stats = sched.metrics().lending;
+    assert_eq!(
+        stats.raised + stats.waited,
+        2,
+        "six polls from two threads: {stats:?}"
+    );
+    go_tx.send(()).unwrap();
+    assert!(
+        !block_on(future.into_inner().unwrap()),
+        "running, not pending"
+    );
+}

@@ -54,8 +54,8 @@ pub(crate) struct CancelWait {
     /// The run count that means the awaited run is over.
     done_at: u64,
     id: usize,
-    /// The last thread that lent its priority to the awaited run.
-    lender: Option<priority::Tid>,
+    /// The threads that lent their priority to the awaited run (each lends once).
+    lenders: Vec<priority::Tid>,
 }
 
 // === `impl Shared`, this file's part: the waits of `cancel_async` and `drop_async`, and
@@ -77,7 +77,7 @@ impl Shared {
             released,
             done_at: 0,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            lender: None,
+            lenders: Vec::new(),
         };
         let Some(mut core) = self.lock_unless_forked() else {
             if released {
@@ -198,8 +198,8 @@ impl Future for CancelWait {
         // Lend this thread's priority to the worker running it, as `cancel_sync` does:
         // an executor thread awaiting a drop must not wait on a starved nice-19 run.
         let tid = priority::current_tid();
-        let lent = if this.lender != Some(tid) {
-            this.lender = Some(tid);
+        let lent = if !this.lenders.contains(&tid) {
+            this.lenders.push(tid);
             core.lending.lend_from_current_thread(address)
         } else {
             Ok(())
