@@ -160,15 +160,7 @@ fn an_arm_during_another_hosts_long_callback_wakes_the_waker_and_shows_in_next_d
 #[test]
 fn a_yield_runs_exactly_once_per_call_with_calls_back_to_back() {
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
-    let increments = Arc::new(AtomicUsize::new(0));
-    let counted = increments.clone();
-    let work = sched.work(move |_| {
-        if counted.fetch_add(1, SeqCst) + 1 < 5 {
-            Next::Yield
-        } else {
-            Next::Park
-        }
-    });
+    let (work, increments) = crate::driver::yielding_five_times(&sched);
     work.schedule(Duration::ZERO);
     for call in 1..=5 {
         assert_eq!(driver.run_due(), 1, "call {call}");

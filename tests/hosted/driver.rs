@@ -137,9 +137,8 @@ fn a_timeout_touched_from_another_thread_does_not_run_while_touched() {
     assert!(ran >= *last_touch.lock().unwrap() + idle, "reaped early");
 }
 
-#[test]
-fn a_yield_runs_once_per_run_due_call() {
-    let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+/// A work that returns `Yield` four times, then `Park`, and the count of its runs.
+pub(crate) fn yielding_five_times(sched: &Scheduler) -> (nicework::Work, Arc<AtomicUsize>) {
     let increments = Arc::new(AtomicUsize::new(0));
     let counted = increments.clone();
     let work = sched.work(move |_| {
@@ -149,6 +148,13 @@ fn a_yield_runs_once_per_run_due_call() {
             Next::Park
         }
     });
+    (work, increments)
+}
+
+#[test]
+fn a_yield_runs_once_per_run_due_call() {
+    let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
+    let (work, increments) = yielding_five_times(&sched);
     // A zero-delay reschedule from inside its own callback does not loop either.
     let again = Arc::new(AtomicUsize::new(0));
     let count = again.clone();
