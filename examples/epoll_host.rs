@@ -1,7 +1,8 @@
 //! A plain epoll loop runs a hosted scheduler's works: no nicework thread. The loop
-//! waits on the `Driver`'s descriptor (readable once the next deadline passes) and on a
-//! pipe of its own, calls `run_due()` when either is ready, and otherwise sleeps with no
-//! timeout at all. Other threads touch a session reaper and arm a one-off cleanup, which
+//! registers the `Driver`'s raw descriptor (`AsRawFd`, as mio's `SourceFd`, calloop's
+//! `Generic` and async-io's `Async` take it), readable once the next deadline passes,
+//! and a pipe of its own; it calls `run_due()` when either is ready, and otherwise sleeps
+//! with no timeout at all. Other threads touch a session reaper and arm a one-off cleanup, which
 //! moves the next deadline earlier; the descriptor follows.
 //!
 //! It prints how many runs each wakeup made and exits non-zero if a reaper ran while its
@@ -28,7 +29,7 @@ fn main() {
 
 #[cfg(all(target_os = "linux", not(nicework_portable)))]
 mod epoll {
-    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::fd::AsRawFd;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::time::{Duration, Instant};
@@ -46,14 +47,8 @@ mod epoll {
             u64: 1,
         };
         // SAFETY: a valid epoll descriptor and the driver's descriptor, which outlives it.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                epoll,
-                libc::EPOLL_CTL_ADD,
-                driver.as_fd().as_raw_fd(),
-                &mut event,
-            )
-        };
+        let rc =
+            unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, driver.as_raw_fd(), &mut event) };
         assert_eq!(rc, 0, "epoll_ctl");
 
         // A session touched every 20 ms for 400 ms, reaped 150 ms after its last touch.

@@ -61,8 +61,10 @@
 //! An *idle timeout* is work to do because nothing happened: close a connection, drop a
 //! session, evict an entry once it has been left alone for `idle`. Activity
 //! **postpones** the run: a timeout work is due at the later of its deadline and its
-//! latest `touch()` + `idle`, and `touch()` on it is lock-free (a clock read and a
-//! compare; it never touches the timer structure). Build it with
+//! latest `touch()` + `idle`, and `touch()` on it is lock-free (a few loads and a
+//! compare, and for an idle under 1 s a clock read; it never touches the timer
+//! structure). One precision rule holds for every idle: never early, at most
+//! `idle / 16 + slack` late (see [`Scheduler::timeout`]). Build it with
 //! [`Scheduler::timeout`] / [`timeout_for`](Scheduler::timeout_for). Using `every` for a
 //! reaper makes it fire early, since a touch does not move an armed work; re-arming it
 //! with `reschedule(idle)` on every use is correct but costs more per use.
