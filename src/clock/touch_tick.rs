@@ -92,10 +92,9 @@ struct TickState {
     /// `(t / STRIDE^l) % RING` of level `l` holds the time of tick `t`, a multiple of
     /// `STRIDE^l`. Empty until a tick-stamped work registers.
     times: Vec<u64>,
-    /// Time between refreshes: the shortest live registered idle / [`IDLE_PARTS`].
-    interval_ns: u64,
-    /// The idles of the live tick-stamped works, with how many of each: the interval
-    /// follows the shortest, and grows back when its last work's life ends.
+    /// The idles of the live tick-stamped works, with how many of each: the refresh
+    /// interval follows the shortest ([`interval_ns`](Self::interval_ns)), and grows back
+    /// when its last work's life ends.
     live_idles: BTreeMap<u64, usize>,
     /// When the refresher runs next, `None` while parked.
     next_refresh_ns: Option<u64>,
@@ -104,6 +103,13 @@ struct TickState {
 }
 
 impl TickState {
+    /// Time between refreshes: the shortest live idle / [`IDLE_PARTS`]; `None` while no
+    /// tick-stamped work lives.
+    fn interval_ns(&self) -> Option<u64> {
+        let &shortest = self.live_idles.keys().next()?;
+        Some((shortest / IDLE_PARTS).max(1))
+    }
+
     fn stride(level: u32) -> u64 {
         STRIDE.pow(level)
     }
@@ -149,7 +155,6 @@ impl TouchTick {
             parked: AtomicBool::new(true),
             state: Mutex::new(TickState {
                 times: Vec::new(),
-                interval_ns: u64::MAX,
                 live_idles: BTreeMap::new(),
                 next_refresh_ns: None,
                 first_ns: now_ns,
@@ -163,8 +168,8 @@ impl TouchTick {
     pub(crate) fn register_idle(&self, idle_ns: u64, now_ns: u64) -> Option<u64> {
         let mut state = lock(&self.state);
         *state.live_idles.entry(idle_ns).or_insert(0) += 1;
-        state.interval_ns = state.interval_ns.min(interval_for(idle_ns));
-        let sooner = now_ns.saturating_add(state.interval_ns);
+        let interval = state.interval_ns().expect("an idle was just registered");
+        let sooner = now_ns.saturating_add(interval);
         let moved = match state.next_refresh_ns {
             Some(at) if at > sooner => {
                 state.next_refresh_ns = Some(sooner);
@@ -193,11 +198,6 @@ impl TouchTick {
         *count -= 1;
         if *count == 0 {
             state.live_idles.remove(&idle_ns);
-            state.interval_ns = state
-                .live_idles
-                .keys()
-                .next()
-                .map_or(u64::MAX, |&idle| interval_for(idle));
         }
     }
 
@@ -223,10 +223,10 @@ impl TouchTick {
     /// wake a worker (or the host) for.
     pub(crate) fn wake(&self, now_ns: u64) -> Option<u64> {
         let mut state = lock(&self.state);
-        if state.next_refresh_ns.is_some() || state.interval_ns == u64::MAX {
+        if state.next_refresh_ns.is_some() {
             return None;
         }
-        let at = now_ns.saturating_add(state.interval_ns);
+        let at = now_ns.saturating_add(state.interval_ns()?);
         state.next_refresh_ns = Some(at);
         self.parked.store(false, Ordering::SeqCst);
         Some(at)
@@ -258,15 +258,15 @@ impl TouchTick {
             return;
         }
         self.publish_next(&mut state, &now);
-        if state.interval_ns == u64::MAX {
+        let Some(interval) = state.interval_ns() else {
             // No tick-stamped work lives any more: nothing to refresh for.
             state.next_refresh_ns = None;
             self.parked.store(true, Ordering::SeqCst);
             self.touched.store(false, Ordering::SeqCst);
             return;
-        }
+        };
         if self.touched.swap(false, Ordering::SeqCst) {
-            state.next_refresh_ns = Some(now_ns.saturating_add(state.interval_ns));
+            state.next_refresh_ns = Some(now_ns.saturating_add(interval));
             return;
         }
         state.next_refresh_ns = None;
@@ -274,7 +274,7 @@ impl TouchTick {
         // A touch that stored its stamp before the park but read `parked` before it was
         // set did not schedule a refresh: it is seen here.
         if self.touched.load(Ordering::SeqCst) {
-            state.next_refresh_ns = Some(now_ns.saturating_add(state.interval_ns));
+            state.next_refresh_ns = Some(now_ns.saturating_add(interval));
             self.parked.store(false, Ordering::SeqCst);
         }
     }
@@ -332,11 +332,6 @@ impl TouchTick {
         state.record(next, at);
         at
     }
-}
-
-/// The refresh interval an idle needs: 1/[`IDLE_PARTS`] of it.
-fn interval_for(idle_ns: u64) -> u64 {
-    (idle_ns / IDLE_PARTS).max(1)
 }
 
 #[cfg(test)]
