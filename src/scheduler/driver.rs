@@ -46,7 +46,6 @@ use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{Core, NO_HOST_WAKE, Shared};
 use crate::scheduler::wait::frames;
-use crate::scheduler::work::entry::Entry;
 use crate::scheduler::work::run::{Executed, leave_forked_child};
 
 /// Runs a hosted scheduler's works on the host's threads: returned with its
@@ -238,8 +237,7 @@ impl Driver {
         if core.shutdown {
             // A callback shut the scheduler down: the entries held back missed its
             // drain, so their works are disarmed here, as the wheel's were.
-            let entries: Vec<Entry> = set_aside.into_iter().map(|(entry, _)| entry).collect();
-            let ended = Shared::disarm_drained(&entries);
+            let ended = Shared::disarm_drained(set_aside.iter().map(|(entry, _)| entry));
             drop(core);
             for work in ended {
                 shared.end_life(&work);

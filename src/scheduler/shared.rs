@@ -612,7 +612,7 @@ impl Shared {
     /// ones a hosted `run_due` held back for its next call); returns the detached works
     /// whose life ends with the scheduler, for the caller to end with no lock held (a
     /// running one's ends when its run completes, with its re-arm refused).
-    pub(crate) fn disarm_drained(entries: &[Entry]) -> Vec<WorkRef> {
+    pub(crate) fn disarm_drained<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<WorkRef> {
         let mut ended = Vec::new();
         for entry in entries {
             let (old, new) = entry

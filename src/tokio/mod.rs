@@ -143,20 +143,9 @@ struct Host {
 enum Source {
     /// The driver's timerfd, through the reactor; the `AsyncFd` owns the driver.
     #[cfg(all(target_os = "linux", not(nicework_portable)))]
-    Descriptor(::tokio::io::unix::AsyncFd<OwnedDriver>),
+    Descriptor(::tokio::io::unix::AsyncFd<Driver>),
     /// Tokio's timer, set for the next deadline (made at the first wait).
     Timer(Driver, Option<Pin<Box<::tokio::time::Sleep>>>),
-}
-
-/// The driver as an `AsyncFd` needs it: owned, with a raw descriptor.
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
-struct OwnedDriver(Driver);
-
-#[cfg(all(target_os = "linux", not(nicework_portable)))]
-impl std::os::fd::AsRawFd for OwnedDriver {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0.as_raw_fd()
-    }
 }
 
 impl Source {
@@ -171,14 +160,14 @@ impl Source {
             // always returns it.
             let registered = unsafe {
                 ::tokio::io::unix::AsyncFd::register_with_interest(
-                    OwnedDriver(driver),
+                    driver,
                     ::tokio::io::Interest::READABLE,
                 )
             };
             match registered {
                 Ok(fd) => Source::Descriptor(fd),
                 Err(error) => {
-                    let (OwnedDriver(driver), error) = error.into_parts();
+                    let (driver, error) = error.into_parts();
                     // The process is out of epoll watches: the timer and the waker tell
                     // the task as much.
                     tracing::error!(
@@ -197,7 +186,7 @@ impl Source {
     fn driver(&self) -> &Driver {
         match self {
             #[cfg(all(target_os = "linux", not(nicework_portable)))]
-            Source::Descriptor(fd) => &fd.get_ref().0,
+            Source::Descriptor(fd) => fd.get_ref(),
             Source::Timer(driver, _) => driver,
         }
     }

@@ -258,6 +258,13 @@ impl WorkRef {
         self.header.as_ptr().addr()
     }
 
+    /// The work's id, as `Work::id` and `WorkInfo::id` show it: its address, unique
+    /// among live works.
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.address() as u64
+    }
+
     /// The period (see [`Header::period_ns`]), widening only for a timeout work.
     pub(crate) fn period_ns(&self) -> u64 {
         self.header().period_ns(|| self.inner().callback.idle_ns())

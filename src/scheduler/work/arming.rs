@@ -228,6 +228,13 @@ impl Shared {
         }
     }
 
+    /// `work`'s period, as `Work::period` and `WorkInfo::period` show it: read once no
+    /// arm is changing it.
+    pub(crate) fn period_of(&self, work: &WorkRef) -> Duration {
+        self.settle_period(work.header());
+        Duration::from_nanos(work.period_ns())
+    }
+
     /// Takes the claim on `work`'s period if it is a `work()`'s (waiting while another
     /// thread holds it), for an edit that decides from the period: the edit must then
     /// publish a word without the claim ([`State::without_period_claim`]), or the caller

@@ -624,14 +624,13 @@ impl Work {
     /// assert_eq!(ids, expected);
     /// ```
     pub fn id(&self) -> u64 {
-        self.inner.address() as u64
+        self.inner.id()
     }
 
     /// The period used by [`Next::Again`] and [`touch`](Self::touch) (a timeout work's
     /// idle duration).
     pub fn period(&self) -> Duration {
-        self.shared.settle_period(&self.inner.header);
-        Duration::from_nanos(self.inner.period_ns())
+        self.shared.period_of(&self.inner)
     }
 
     /// A snapshot of its statistics.

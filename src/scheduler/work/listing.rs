@@ -95,11 +95,10 @@ impl Shared {
     pub(crate) fn visit_works(&self, mut f: impl FnMut(&WorkInfo<'_>)) {
         for work in self.live_works() {
             let state = work.header().state.load();
-            self.settle_period(work.header());
             let info = WorkInfo {
-                id: work.address() as u64,
+                id: work.id(),
                 kind: WorkKind::of(state.kind(), work.is_once()),
-                period: Duration::from_nanos(work.period_ns()),
+                period: self.period_of(&work),
                 name: work.name(),
                 stats: self.stats_of(&work),
                 deadline: self.deadline_of(&work),
