@@ -562,8 +562,12 @@ fn once_calling_itself_from_inside_its_run() {
 #[test]
 fn try_flush_on_a_yielding_work_never_blocks_and_leaves_the_increments_to_workers() {
     // The subject is `try_flush`, and the workers run beside three spinning threads.
+    // Without back-off: with it, a worker defers each increment while every CPU is busy
+    // (by design, up to 128 ms each), and on a machine saturated by other tests the 500
+    // increments of a round then outlast the wait for them.
     let sched = common::normal_priority_builder()
         .workers(2)
+        .back_off(false)
         .build()
         .unwrap();
     let running = Arc::new(AtomicUsize::new(0));
