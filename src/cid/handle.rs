@@ -66,7 +66,9 @@ impl IdSpaceBuilder {
     /// Periods shorter than [`MIN_SCAN_PERIOD`] (10 ms), zero included, are raised to it;
     /// a period too long for the scheduler's clock (about 27 years) means the scan never
     /// runs on its own, and ids are then given back only when threads exit. Rounded up to
-    /// the scheduler's slack.
+    /// the scheduler's slack. A scan may run up to a quarter of the period late, so that
+    /// it shares a wakeup with the scheduler's other works (see
+    /// [`Work::leeway`](crate::Work::leeway)).
     ///
     /// # Examples
     ///

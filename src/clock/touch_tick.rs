@@ -36,9 +36,10 @@
 //! - A touch: one relaxed load of the tick besides what every timeout touch does (the
 //!   stamp word, the state word); a store only once per tick per work, which also marks
 //!   the tick as used.
-//! - The refresher runs every `interval` (the shortest idle of the scheduler's live
-//!   tick-stamped works, divided by 16, so a timeout runs at most 1/16 of its idle late)
-//!   while touches store new stamps, and parks once a refresh finds none since the one
+//! - The refresher runs at most every `interval` apart (the shortest idle of the
+//!   scheduler's live tick-stamped works, divided by 16, so a timeout runs at most 1/16
+//!   of its idle late), and from half an interval on at any wakeup that comes anyway, so
+//!   it shares the other works' wakeups where it can, while touches store new stamps, and parks once a refresh finds none since the one
 //!   before: with no timeout touched, it costs no wakeup at all. The first touch after
 //!   that wakes it (that touch takes the core lock, once). When the shortest idle's last
 //!   work ends its life, the interval grows back to the next one's.
@@ -254,7 +255,11 @@ impl TouchTick {
         let Some(at) = state.next_refresh_ns else {
             return;
         };
-        if at > now_ns {
+        // Its window opens half an interval before it is due, so a wakeup that comes
+        // anyway from then on takes it along (see `leeway`), and refreshes stay at most
+        // one interval apart, as the precision of the timeouts needs.
+        let opens = at.saturating_sub(state.interval_ns().unwrap_or(0) / 2);
+        if opens > now_ns {
             return;
         }
         self.publish_next(&mut state, &now);
@@ -387,6 +392,21 @@ mod tests {
     }
 
     #[test]
+    fn a_wakeup_in_the_refresh_window_takes_it_along_and_the_next_is_an_interval_later() {
+        let clock = Cell::new(0);
+        let now = || clock.get();
+        let tick = TouchTick::new(0);
+        tick.register_idle(1_600, 0); // interval 100
+        tick.note_touch();
+        assert_eq!(tick.wake(0), Some(100));
+        tick.note_touch();
+        clock.set(60);
+        tick.refresh(60, now);
+        assert_eq!(tick.current(), 2, "a wakeup at 60 is inside the window");
+        assert_eq!(tick.next_refresh_ns(), Some(160));
+    }
+
+    #[test]
     fn the_refresher_runs_while_touched_and_parks_after_a_quiet_interval() {
         let clock = Cell::new(0);
         let now = || clock.get();
@@ -396,8 +416,8 @@ mod tests {
         assert!(tick.note_touch(), "parked: the touch must wake it");
         assert_eq!(tick.wake(0), Some(100));
         assert_eq!(tick.wake(0), None, "already scheduled");
-        tick.refresh(50, now);
-        assert_eq!(tick.current(), 1, "not due yet");
+        tick.refresh(49, now);
+        assert_eq!(tick.current(), 1, "its window opens half an interval early, at 50");
         clock.set(100);
         tick.refresh(100, now);
         assert_eq!(tick.current(), 2);

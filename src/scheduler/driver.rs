@@ -247,7 +247,8 @@ impl Driver {
         // A work that ran in this call and is due again (`Next::Yield`) runs at the next.
         let now_units = crate::scheduler::work::state::now_units(shared.now_ns());
         for (entry, due) in set_aside {
-            core.wheel.insert(entry, due, now_units);
+            // Due already: the window's end does not matter on the ready queue.
+            core.wheel.insert(entry, due, due, now_units);
         }
         set_drained_timer(shared, &mut core, now);
         runs

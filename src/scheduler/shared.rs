@@ -393,20 +393,22 @@ impl Shared {
                     self.note_stale(core, 1);
                 }
                 let deadline = new.deadline();
+                let end = self.window_end(work.header(), new, deadline);
                 core.wheel.insert(
                     Entry::new(work, epoch),
                     deadline,
+                    end,
                     crate::scheduler::work::state::now_units(now_ns),
                 );
-                let deadline_ns = crate::scheduler::work::state::units_to_ns(deadline);
+                let end_ns = crate::scheduler::work::state::units_to_ns(end);
                 // `kick` counts a new timer setting from now; it sets one only for a
                 // wakeup earlier than the one set, never one at or past it.
-                let kick_now = if exact || core.programmed_ns.is_some_and(|at| at <= deadline_ns) {
+                let kick_now = if exact || core.programmed_ns.is_some_and(|at| at <= end_ns) {
                     now_ns
                 } else {
                     self.now_ns()
                 };
-                self.kick(core, deadline_ns, kick_now);
+                self.kick(core, end_ns, kick_now);
             }
             return Some((old, new));
         }
@@ -470,8 +472,9 @@ impl Shared {
         }
     }
 
-    /// Makes sure some worker (or a hosted scheduler's host) will look at a deadline it
-    /// may not know about yet.
+    /// Makes sure some worker (or a hosted scheduler's host) will look at a new entry
+    /// by the end of its window, `deadline_ns` (see `leeway`), which it may not know
+    /// about yet.
     pub(super) fn kick(&self, core: &mut Core, deadline_ns: u64, now_ns: u64) {
         if core.shutdown || core.sleeper.is_none() {
             return;
@@ -480,12 +483,7 @@ impl Shared {
             let wake_ns = self.wake_for(deadline_ns, now_ns);
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
-                if let Some(sleeper) = &core.sleeper {
-                    sleeper.signal_host();
-                }
-                if let Some(waker) = &core.host_waker {
-                    core.owed_wakes.push(waker.clone());
-                }
+                Self::tell_host(core);
             }
             return;
         }
@@ -528,6 +526,33 @@ impl Shared {
             if core.programmed_ns.is_none_or(|at| wake_ns < at) {
                 self.program(core, Some(wake_ns), now_ns);
             }
+        }
+    }
+
+    /// Sets the timer for the next wake the structure asks for now, also when that is
+    /// later than the one set (an entry's window grew): for the blocked poller, or a
+    /// hosted scheduler's host. A worker that is not blocked sets it when it next sleeps.
+    pub(crate) fn follow_next_wake(&self, core: &mut Core, now_ns: u64) {
+        if core.shutdown || core.sleeper.is_none() || !(self.config.hosted || core.poller_blocked)
+        {
+            return;
+        }
+        let wake_ns = self.next_wake_ns(core, now_ns);
+        let earlier = wake_ns.is_some_and(|at| core.programmed_ns.is_none_or(|set| at < set));
+        self.program(core, wake_ns, now_ns);
+        if earlier && self.config.hosted {
+            Self::tell_host(core);
+        }
+    }
+
+    /// Tells a hosted scheduler's host that its next wake moved earlier: its descriptor
+    /// turns readable, and its waker is woken once the lock is released.
+    fn tell_host(core: &mut Core) {
+        if let Some(sleeper) = &core.sleeper {
+            sleeper.signal_host();
+        }
+        if let Some(waker) = &core.host_waker {
+            core.owed_wakes.push(waker.clone());
         }
     }
 

@@ -14,12 +14,24 @@
 //!
 //! With every work parked the poller's timerfd is disarmed and followers wait on the
 //! condvar: zero wakeups per second. Arming from another thread either notifies an idle
-//! follower (due now) or re-programs the timerfd if the new deadline is earlier than the
-//! programmed one (see `Shared::kick`). A worker that takes a run while others idle hands
-//! the poller role on when anything else is armed, so due works never wait for a busy
-//! thread; with nothing else armed it keeps the role, and an arm during its run wakes a
-//! follower to take it (`kick`). Wakeups follow deadlines: one per run of a lone
-//! periodic work, with one worker or many (`benches/work.rs`, `per-run`).
+//! follower (due now) or re-programs the timerfd if the new window's end is earlier than
+//! the programmed wakeup (see `Shared::kick`). Wakeups follow the ends of the windows
+//! (see `leeway`): one per run of a lone periodic work, and one for every group of works
+//! whose windows overlap, with one worker or many (`benches/work.rs`, `per-run` and
+//! `coalesced`).
+//!
+//! # Handing on
+//!
+//! A worker that takes a run leaves behind the rest: due works on the ready queue, and a
+//! timer nobody watches while it runs. It hands them to an idle follower (or, for due
+//! works, wakes the blocked poller) only when the run may hold them up: when the work
+//! never ran before, or when its longest run so far would end past the earliest end of
+//! what is left plus two slacks (a window's end in the wheel lies one slack before the
+//! latest start the leeway allows, and the slack is the tolerance past that). Otherwise
+//! it runs them itself when the run ends, and a group of due works costs one wakeup
+//! however many workers there are. An arm from another thread during the run still wakes
+//! a follower to watch (`kick`). A run longer than any of its work's runs before holds up
+//! the others until it ends; every later run of that work is handed on around.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -29,8 +41,9 @@ use crate::Error;
 use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
-use crate::scheduler::shared::Shared;
-use crate::scheduler::work::run::Executed;
+use crate::scheduler::shared::{Core, Shared};
+use crate::scheduler::work::run::{Executed, Taken};
+use crate::scheduler::work::state::units_to_ns;
 use crate::sync::thread_local;
 
 thread_local! {
@@ -47,6 +60,24 @@ pub(crate) fn is_worker_of(shared: &Shared) -> bool {
     WORKER_OF
         .try_with(|of| of.get() == shared as *const Shared as usize)
         .unwrap_or(false)
+}
+
+/// Whether a run about to start may hold up what its worker leaves behind (see "Handing
+/// on"): the work never ran, or its longest run would end past the earliest end of the
+/// rest plus two slacks.
+fn run_may_hold_up(shared: &Shared, core: &Core, taken: &Taken, now_ns: u64) -> bool {
+    let wheel = core.wheel.first_end().map(units_to_ns);
+    let Some(first_end) = [wheel, shared.touch_tick.next_refresh_ns()]
+        .into_iter()
+        .flatten()
+        .min()
+    else {
+        return false;
+    };
+    let stats = &taken.work.header().stats;
+    stats.runs() == 0
+        || now_ns.saturating_add(stats.busy_max_ns())
+            > first_end.saturating_add(2 * shared.config.slack_ns)
 }
 
 pub(crate) fn main(
@@ -86,23 +117,20 @@ pub(crate) fn main(
             taken.worker_slot = Some(slot);
             core.lending
                 .start(slot, crate::scheduler::wait::frames::address(&taken.work));
-            // Hand on what this worker leaves behind: more due works go to an idle
-            // follower (or wake the poller), and if anything else is armed someone must
-            // keep watching the timer. With nothing else armed nobody needs to: an arm
-            // made during this run wakes a follower to watch (`Shared::kick`), and this
-            // worker looks at the structure first when the run ends. So a lone periodic
-            // work costs one wakeup per run, with any number of workers.
-            if core.wheel.has_ready() {
-                if core.idle_workers > 0 {
+            // Hand on what this worker leaves behind if this run may hold it past it
+            // (see "Handing on" in the module docs): more due works go to an idle
+            // follower (or wake the poller), and a follower watches the timer while
+            // nobody does.
+            if run_may_hold_up(&shared, &core, &taken, now) {
+                if core.wheel.has_ready() {
+                    if core.idle_workers > 0 {
+                        shared.idle.notify_one();
+                    } else if core.poller_blocked {
+                        shared.program(&mut core, Some(now), now);
+                    }
+                } else if !core.poller_blocked && core.idle_workers > 0 {
                     shared.idle.notify_one();
-                } else if core.poller_blocked {
-                    shared.program(&mut core, Some(now), now);
                 }
-            } else if !core.poller_blocked
-                && core.idle_workers > 0
-                && (core.wheel.len() > 0 || shared.touch_tick.next_refresh_ns().is_some())
-            {
-                shared.idle.notify_one();
             }
             drop(core);
             if shared.execute(scheduler, taken, now, Some(&mut backoff)) == Executed::InForkedChild

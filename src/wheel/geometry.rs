@@ -79,6 +79,23 @@ impl Geometry {
         (0..LEVELS).find_map(|level| self.next_in_level(level))
     }
 
+    /// A level's occupied slots in the order they come, each with the tick at which it
+    /// is processed next (increasing along the way; see `next_in_level`).
+    pub(crate) fn occupied_in_order(&self, level: usize) -> impl Iterator<Item = (usize, u64)> {
+        let shift = level as u32 * SLOT_BITS;
+        let first = (((self.elapsed >> shift) as usize) + 1) & (SLOTS - 1);
+        let mut rest = self.occupied[level].rotate_right(first as u32);
+        std::iter::from_fn(move || {
+            if rest == 0 {
+                return None;
+            }
+            let offset = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let slot = (offset + first) & (SLOTS - 1);
+            Some((slot, self.slot_tick(level, slot)))
+        })
+    }
+
     fn next_in_level(&self, level: usize) -> Option<Expiration> {
         let occupied = self.occupied[level];
         if occupied == 0 {

@@ -4,20 +4,36 @@
 //!
 //! # Ground rules
 //!
-//! - The structure stores opaque values with the deadline they were placed for. It never
-//!   removes a value on request: removal is *lazy*. When a slot's tick comes, every value
-//!   in it is handed to the owner's `decide` callback, which drops it (stale), or returns
-//!   it with the deadline it must wait for now (it is then placed again: one level lower,
-//!   or on the ready queue if due). So placing a value is O(1), and the owner can move a
-//!   deadline *later* without touching the structure at all; the owner keeps, per value,
-//!   the rule for which of its entries are live (see the scheduler's state word).
-//! - Deadlines are in units; the wheel's tick is a whole number of units (the scheduler's
-//!   slack), and a deadline is rounded up to whole ticks, so all deadlines within one tick
-//!   fire in one wakeup and none fires early.
-//! - The ready queue is ordered by deadline (ties keep arrival order), so works run in
-//!   deadline order, and a `Yield` (deadline "now") goes behind everything already due.
+//! - The structure stores opaque values with the window they were placed for: a deadline,
+//!   before which the value is never due, and an end, by which the owner wants it looked
+//!   at (its leeway; the end is the deadline when it has none). It never removes a value
+//!   on request: removal is *lazy*. When a slot's tick comes, every value in it is handed
+//!   to the owner's `decide` callback, which drops it (stale), or returns it with the
+//!   window it must wait for now (it is then placed again: one level lower, or on the
+//!   ready queue if due). So placing a value is O(1), and the owner can move a deadline
+//!   *later* without touching the structure at all; the owner keeps, per value, the rule
+//!   for which of its entries are live (see the scheduler's state word).
+//! - Deadlines and ends are in units; the wheel's tick is a whole number of units (the
+//!   scheduler's slack), and both are rounded up to whole ticks, so all deadlines within
+//!   one tick fire in one wakeup and none fires early.
+//! - Values are placed by deadline, so one pass over the slots that have come makes
+//!   everything due ready; the ends only decide when to look. [`next_wake`](Wheel::next_wake)
+//!   is the earliest end: waking then makes ready every value whose deadline has come,
+//!   so values whose windows overlap share the wakeup (the greedy rule: wake at the
+//!   earliest end, run every window that has opened). Each slot keeps the earliest end
+//!   placed in it, and the search stops at the first slot that starts after the best end
+//!   found, so it looks at the few slots before that end, not at every value.
+//! - The ready queue is ordered by end (ties keep arrival order): due works run earliest
+//!   end first, so the one whose window closes first is not kept waiting by those that
+//!   can still wait. A value without a leeway ends at its deadline, so such values run in
+//!   deadline order, and a `Yield` (deadline "now", no leeway) goes behind everything due
+//!   by now.
 //! - Slots hold values in fixed-size chunks, so the memory per value is the value's size
 //!   plus a fraction of a chunk header, whatever the number of values per slot.
+//! - The latest placement can get a new end ([`rewindow_last`](Wheel::rewindow_last))
+//!   while nothing else changed the structure since: its slot's earliest end is then
+//!   exactly what it would have been had the value been placed with that end. That lets a work that was armed as it was created
+//!   get its leeway right after, without a wakeup for the window it was first placed with.
 //!
 //! The structure is single-threaded; the scheduler keeps it under its core lock.
 
@@ -33,28 +49,31 @@ const CHUNK: usize = 64;
 const READY_KEPT: usize = 256;
 /// Empty chunks kept for reuse.
 const SPARE_CHUNKS: usize = 16;
+/// A slot's earliest tick and end while it holds nothing.
+const NONE_PLACED: u64 = u64::MAX;
 
 /// What a slot holds: chunks of at most `CHUNK` values, each allocated at that capacity,
-/// and the earliest tick any of them was placed for.
+/// and the earliest tick and end tick any of them was placed for.
 #[derive(Debug)]
 struct Bag<T> {
     chunks: Vec<Vec<T>>,
     /// The earliest tick of a value placed here since the slot was last processed
     /// (`u64::MAX` when it holds none). A lower bound after a sweep removed some.
     first_tick: u64,
+    /// The earliest end tick of a value placed here, on the same terms.
+    first_end: u64,
 }
 
-/// Appends `value` to a slot's chunks, starting a chunk (a spare one if there is one)
-/// when the last is full.
-fn push_chunked<T>(chunks: &mut Vec<Vec<T>>, spare: &mut Vec<Vec<T>>, value: T) {
-    match chunks.last_mut() {
-        Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
-        _ => {
-            let mut chunk = spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK));
-            chunk.push(value);
-            chunks.push(chunk);
-        }
-    }
+/// The latest placement into a slot, while its end can still be changed exactly.
+#[derive(Debug, Clone, Copy)]
+struct LastPlacement {
+    /// The slot's index in `slots`.
+    index: usize,
+    /// The deadline (units) and tick the value was placed for.
+    deadline: u64,
+    tick: u64,
+    /// The slot's earliest end before the placement.
+    first_end: u64,
 }
 
 /// Timer entries, placed by deadline.
@@ -62,10 +81,12 @@ fn push_chunked<T>(chunks: &mut Vec<Vec<T>>, spare: &mut Vec<Vec<T>>, value: T) 
 pub(crate) struct Wheel<T> {
     geometry: Geometry,
     slots: Box<[Bag<T>]>,
-    ready: VecDeque<(u64, T)>,
+    /// Due values with their end and deadline (units), by end.
+    ready: VecDeque<(u64, u64, T)>,
     tick_units: u64,
     len: usize,
     spare: Vec<Vec<T>>,
+    last: Option<LastPlacement>,
 }
 
 impl<T> Wheel<T> {
@@ -76,13 +97,15 @@ impl<T> Wheel<T> {
             slots: (0..LEVELS * SLOTS)
                 .map(|_| Bag {
                     chunks: Vec::new(),
-                    first_tick: u64::MAX,
+                    first_tick: NONE_PLACED,
+                    first_end: NONE_PLACED,
                 })
                 .collect(),
             ready: VecDeque::new(),
             tick_units: tick_units.max(1),
             len: 0,
             spare: Vec::new(),
+            last: None,
         }
     }
 
@@ -91,58 +114,100 @@ impl<T> Wheel<T> {
         self.len
     }
 
-    /// Places `value` for `deadline`. A deadline at or before `now` is due at once.
-    pub(crate) fn insert(&mut self, value: T, deadline: u64, now: u64) {
+    /// Places `value` for the window from `deadline` to `end` (an end before the deadline
+    /// counts as the deadline). A deadline at or before `now` is due at once.
+    pub(crate) fn insert(&mut self, value: T, deadline: u64, end: u64, now: u64) {
         self.len += 1;
-        self.place(value, deadline, now);
+        self.place(value, deadline, end, now);
     }
 
-    fn place(&mut self, value: T, deadline: u64, now: u64) {
+    fn place(&mut self, value: T, deadline: u64, end: u64, now: u64) {
         let tick = deadline.div_ceil(self.tick_units);
         if deadline <= now || tick <= self.geometry.elapsed {
-            let at = self.ready.partition_point(|(due, _)| *due <= deadline);
-            self.ready.insert(at, (deadline, value));
+            self.last = None;
+            let end = end.max(deadline);
+            let at = self.ready.partition_point(|(queued, _, _)| *queued <= end);
+            self.ready.insert(at, (end, deadline, value));
         } else {
-            self.place_in_wheel(value, tick);
+            let end_tick = end.div_ceil(self.tick_units).max(tick);
+            self.place_in_wheel(value, deadline, tick, end_tick);
         }
     }
 
     /// Places a value that was taken from the ready queue and turned out not to be due
     /// at `deadline` yet: in the wheel, at the next tick at the earliest, so it is not
     /// judged again before time has moved.
-    pub(crate) fn defer(&mut self, value: T, deadline: u64) {
+    pub(crate) fn defer(&mut self, value: T, deadline: u64, end: u64) {
         self.len += 1;
         let tick = deadline
             .div_ceil(self.tick_units)
             .max(self.geometry.elapsed + 1);
-        self.place_in_wheel(value, tick);
+        let end_tick = end.div_ceil(self.tick_units).max(tick);
+        self.place_in_wheel(value, deadline, tick, end_tick);
     }
 
-    fn place_in_wheel(&mut self, value: T, tick: u64) {
+    fn place_in_wheel(&mut self, value: T, deadline: u64, tick: u64, end_tick: u64) {
         let (level, slot) = self.geometry.position(tick);
         self.geometry.set_occupied(level, slot, true);
-        let bag = &mut self.slots[level * SLOTS + slot];
+        let index = level * SLOTS + slot;
+        let bag = &mut self.slots[index];
+        self.last = Some(LastPlacement {
+            index,
+            deadline,
+            tick,
+            first_end: bag.first_end,
+        });
         bag.first_tick = bag.first_tick.min(tick);
+        bag.first_end = bag.first_end.min(end_tick);
         push_chunked(&mut bag.chunks, &mut self.spare, value);
     }
 
+    /// Gives the value placed last a new end, `end_of` its deadline, if nothing changed
+    /// the structure since and `is_it` recognises it: its slot's earliest end is what it
+    /// was before that placement, with the new end. A value that went to the ready queue
+    /// is not found. Returns whether it was.
+    pub(crate) fn rewindow_last(
+        &mut self,
+        is_it: impl FnOnce(&T) -> bool,
+        end_of: impl FnOnce(u64) -> u64,
+    ) -> bool {
+        let Some(last) = self.last else {
+            return false;
+        };
+        let bag = &mut self.slots[last.index];
+        if !bag.chunks.last().and_then(|chunk| chunk.last()).is_some_and(is_it) {
+            return false;
+        }
+        let end_tick = end_of(last.deadline)
+            .div_ceil(self.tick_units)
+            .max(last.tick);
+        bag.first_end = last.first_end.min(end_tick);
+        true
+    }
+
     /// Processes every slot due at `now`: each value in it goes through `decide`, which
-    /// drops it (`None`) or returns it with the deadline it waits for now.
-    pub(crate) fn expire(&mut self, now: u64, mut decide: impl FnMut(T) -> Option<(T, u64)>) {
+    /// drops it (`None`) or returns it with the deadline and end it waits for now.
+    pub(crate) fn expire(
+        &mut self,
+        now: u64,
+        mut decide: impl FnMut(T) -> Option<(T, u64, u64)>,
+    ) {
         let now_tick = now / self.tick_units;
         while let Some(exp) = self.geometry.next_expiration() {
             if exp.tick > now_tick {
                 break;
             }
+            self.last = None;
             self.geometry.elapsed = exp.tick;
             self.geometry.set_occupied(exp.level, exp.slot, false);
             let bag = &mut self.slots[exp.level * SLOTS + exp.slot];
-            bag.first_tick = u64::MAX;
+            bag.first_tick = NONE_PLACED;
+            bag.first_end = NONE_PLACED;
             let chunks = std::mem::take(&mut bag.chunks);
             for mut chunk in chunks {
                 for value in chunk.drain(..) {
                     match decide(value) {
-                        Some((value, deadline)) => self.place(value, deadline, now),
+                        Some((value, deadline, end)) => self.place(value, deadline, end, now),
                         None => self.len -= 1,
                     }
                 }
@@ -152,6 +217,7 @@ impl<T> Wheel<T> {
             }
         }
         if now_tick > self.geometry.elapsed {
+            self.last = None;
             self.geometry.elapsed = now_tick;
         }
     }
@@ -167,7 +233,7 @@ impl<T> Wheel<T> {
             // A burst is over: memory follows the load, not its peak.
             self.ready.shrink_to(READY_KEPT);
         }
-        popped
+        popped.map(|(_, deadline, value)| (deadline, value))
     }
 
     /// Whether any value is due.
@@ -176,34 +242,59 @@ impl<T> Wheel<T> {
     }
 
     /// When the structure must be looked at next (in units): `now` if a value is ready,
-    /// else the earliest tick placed in the first occupied slot. `None` when it holds
-    /// nothing.
+    /// else the earliest end placed in the wheel (see "Ground rules"). `None` when it
+    /// holds nothing.
     ///
-    /// Not the slot's start (nor later than its end): a coarse slot (level 1 and up) is
-    /// processed whenever
-    /// [`expire`](Self::expire) first runs at or after its start, and nothing in it is
-    /// due before its earliest tick, so waking then processes the slot (cascading the
-    /// rest of it one level down) and finds that value due in the same wakeup. A lone
-    /// periodic deadline costs one wakeup, whatever level it waits in.
+    /// A coarse slot (level 1 and up) is processed whenever [`expire`](Self::expire)
+    /// first runs at or after its start, and nothing in it is due before its earliest
+    /// tick, so waking at any time from then on processes the slot (cascading the rest
+    /// of it one level down) and finds what is due in the same wakeup. A lone periodic
+    /// deadline costs one wakeup, whatever level it waits in.
     pub(crate) fn next_wake(&self, now: u64) -> Option<u64> {
         if self.has_ready() {
             return Some(now);
         }
-        self.geometry.next_expiration().map(|exp| {
-            let first = self.slots[exp.level * SLOTS + exp.slot].first_tick;
-            // Capped at the slot's end: a top-level slot also holds deadlines past the
-            // horizon, re-placed when it comes round, and every later slot starts at or
-            // after that end, so waking later could sleep past them.
-            let end = exp
-                .tick
-                .saturating_add(1u64 << (exp.level as u32 * geometry::SLOT_BITS));
-            exp.tick.max(first.min(end)).saturating_mul(self.tick_units)
-        })
+        self.first_end_in_slots()
+    }
+
+    /// The earliest end (units) of any value held, ready ones included. `None` when it
+    /// holds nothing.
+    pub(crate) fn first_end(&self) -> Option<u64> {
+        let ready = self.ready.front().map(|(end, _, _)| *end);
+        match (ready, self.first_end_in_slots()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The earliest end tick over the occupied slots, in units: each level's slots in the
+    /// order they come, stopping at the first that starts after the best end so far
+    /// (nothing in it ends before it starts).
+    fn first_end_in_slots(&self) -> Option<u64> {
+        let mut best: Option<u64> = None;
+        for level in 0..LEVELS {
+            for (slot, start) in self.geometry.occupied_in_order(level) {
+                if best.is_some_and(|best| start >= best) {
+                    break;
+                }
+                let bag = &self.slots[level * SLOTS + slot];
+                let mut end = bag.first_end;
+                if level == LEVELS - 1 {
+                    // A top-level slot also holds deadlines past the horizon, placed again
+                    // when it comes round: look at it by its end at the latest, as every
+                    // later slot of the level starts at or after that.
+                    end = end.min(start.saturating_add(1u64 << (level as u32 * geometry::SLOT_BITS)));
+                }
+                let wake = start.max(end);
+                best = Some(best.map_or(wake, |best| best.min(wake)));
+            }
+        }
+        best.map(|tick| tick.saturating_mul(self.tick_units))
     }
 
     /// Calls `f` with every value.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&T)) {
-        self.ready.iter().for_each(|(_, value)| f(value));
+        self.ready.iter().for_each(|(_, _, value)| f(value));
         for bag in self.slots.iter() {
             bag.chunks.iter().flatten().for_each(&mut f);
         }
@@ -213,7 +304,8 @@ impl<T> Wheel<T> {
     /// offered in the order they would be processed: the ready queue, then the slots by
     /// the tick they come due (values within one slot in any order).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        self.ready.retain(|(_, value)| keep(value));
+        self.last = None;
+        self.ready.retain(|(_, _, value)| keep(value));
         let mut len = self.ready.len();
         let mut order: Vec<(u64, usize)> = (0..LEVELS * SLOTS)
             .filter(|&index| !self.slots[index].chunks.is_empty())
@@ -238,9 +330,11 @@ impl<T> Wheel<T> {
             self.geometry
                 .set_occupied(index / SLOTS, index % SLOTS, !kept.is_empty());
             if kept.is_empty() {
-                bag.first_tick = u64::MAX;
+                bag.first_tick = NONE_PLACED;
+                bag.first_end = NONE_PLACED;
             }
-            // Else `first_tick` stays: a lower bound, which at worst wakes once early.
+            // Else `first_tick` and `first_end` stay: lower bounds, which at worst wake
+            // once early.
             bag.chunks = kept;
         }
         self.len = len;
@@ -248,16 +342,31 @@ impl<T> Wheel<T> {
 
     /// Removes every value.
     pub(crate) fn drain(&mut self) -> Vec<T> {
-        let mut all: Vec<T> = self.ready.drain(..).map(|(_, value)| value).collect();
+        self.last = None;
+        let mut all: Vec<T> = self.ready.drain(..).map(|(_, _, value)| value).collect();
         for bag in self.slots.iter_mut() {
             for chunk in bag.chunks.drain(..) {
                 all.extend(chunk);
             }
-            bag.first_tick = u64::MAX;
+            bag.first_tick = NONE_PLACED;
+            bag.first_end = NONE_PLACED;
         }
         self.geometry = Geometry::new();
         self.len = 0;
         all
+    }
+}
+
+/// Appends `value` to a slot's chunks, starting a chunk (a spare one if there is one)
+/// when the last is full.
+fn push_chunked<T>(chunks: &mut Vec<Vec<T>>, spare: &mut Vec<Vec<T>>, value: T) {
+    match chunks.last_mut() {
+        Some(chunk) if chunk.len() < CHUNK => chunk.push(value),
+        _ => {
+            let mut chunk = spare.pop().unwrap_or_else(|| Vec::with_capacity(CHUNK));
+            chunk.push(value);
+            chunks.push(chunk);
+        }
     }
 }
 
@@ -266,8 +375,8 @@ mod tests {
     use super::*;
 
     /// Unit tests place plain values and keep their deadlines in the value itself.
-    fn keep(value: (&'static str, u64)) -> Option<((&'static str, u64), u64)> {
-        Some((value, value.1))
+    fn keep(value: (&'static str, u64)) -> Option<((&'static str, u64), u64, u64)> {
+        Some((value, value.1, value.1))
     }
 
     fn drain_ready(timers: &mut Wheel<(&'static str, u64)>) -> Vec<&'static str> {
@@ -282,7 +391,7 @@ mod tests {
     fn entries_expire_in_deadline_order_and_never_early() {
         let mut timers = Wheel::new(10);
         for value in [("c", 35), ("a", 10), ("b", 30), ("far", 700_000)] {
-            timers.insert(value, value.1, 0);
+            timers.insert(value, value.1, value.1, 0);
         }
         timers.expire(30, keep);
         assert_eq!(drain_ready(&mut timers), ["a", "b"]);
@@ -298,12 +407,12 @@ mod tests {
     #[test]
     fn dropped_values_never_come_back_and_moved_ones_wait() {
         let mut timers = Wheel::new(10);
-        timers.insert(("a", 50), 50, 0);
-        timers.insert(("b", 50), 50, 0);
-        timers.insert(("later", 50), 50, 0);
+        timers.insert(("a", 50), 50, 50, 0);
+        timers.insert(("b", 50), 50, 50, 0);
+        timers.insert(("later", 50), 50, 50, 0);
         timers.expire(50, |value| match value.0 {
             "a" => None,
-            "later" => Some((value, 90)),
+            "later" => Some((value, 90, 90)),
             _ => keep(value),
         });
         assert_eq!(drain_ready(&mut timers), ["b"]);
@@ -318,19 +427,68 @@ mod tests {
     fn next_wake_is_the_first_occupied_slot() {
         let mut timers = Wheel::new(10);
         assert_eq!(timers.next_wake(0), None);
-        timers.insert(("a", 21), 21, 0);
+        timers.insert(("a", 21), 21, 21, 0);
         assert_eq!(timers.next_wake(0), Some(30));
-        timers.insert(("now", 0), 0, 0);
+        timers.insert(("now", 0), 0, 0, 0);
         assert_eq!(timers.next_wake(7), Some(7));
+    }
+
+    #[test]
+    fn next_wake_is_the_earliest_end_and_it_takes_every_open_window_along() {
+        let mut timers = Wheel::new(10);
+        // Windows 100..400, 200..300 and 350..360: the earliest end is 300, where the
+        // first two have opened and the third has not.
+        timers.insert(("a", 100), 100, 400, 0);
+        timers.insert(("b", 200), 200, 300, 0);
+        timers.insert(("c", 350), 350, 360, 0);
+        assert_eq!(timers.next_wake(0), Some(300));
+        let end_of = |name| match name {
+            "a" => 400,
+            "b" => 300,
+            _ => 360,
+        };
+        timers.expire(300, |value| Some((value, value.1, end_of(value.0))));
+        assert_eq!(drain_ready(&mut timers), ["b", "a"], "earliest end first");
+        assert_eq!(timers.next_wake(300), Some(360));
+    }
+
+    #[test]
+    fn the_search_for_the_earliest_end_looks_past_slots_that_end_late() {
+        let mut timers = Wheel::new(1);
+        // A level-1 slot (64..128) whose value ends far out, and a later level-1 slot
+        // (128..192) whose value ends first.
+        timers.insert(("lax", 70), 70, 10_000, 0);
+        timers.insert(("tight", 130), 130, 131, 0);
+        assert_eq!(timers.next_wake(0), Some(131));
+        assert_eq!(timers.first_end(), Some(131));
+    }
+
+    #[test]
+    fn the_last_placement_gets_a_new_end_only_while_nothing_else_changed() {
+        let mut timers = Wheel::new(10);
+        timers.insert(("a", 100), 100, 100, 0);
+        assert!(timers.rewindow_last(|v| v.0 == "a", |deadline| deadline + 500));
+        assert_eq!(timers.next_wake(0), Some(600));
+        assert!(timers.rewindow_last(|v| v.0 == "a", |deadline| deadline + 50));
+        assert_eq!(timers.next_wake(0), Some(150), "narrower again: exact");
+        timers.insert(("b", 120), 120, 900, 0);
+        assert!(!timers.rewindow_last(|v| v.0 == "a", |deadline| deadline + 500));
+        assert!(timers.rewindow_last(|v| v.0 == "b", |deadline| deadline + 10));
+        assert_eq!(timers.next_wake(0), Some(130));
+        timers.expire(20, keep);
+        assert!(
+            !timers.rewindow_last(|v| v.0 == "b", |deadline| deadline),
+            "time moved: the slot may have been processed"
+        );
     }
 
     #[test]
     fn retain_keeps_exactly_the_accepted_values_in_place() {
         let mut timers = Wheel::new(10);
         for i in 0..300u64 {
-            timers.insert(("x", 100 + i), 100 + i, 0);
+            timers.insert(("x", 100 + i), 100 + i, 100 + i, 0);
         }
-        timers.insert(("now", 0), 0, 0);
+        timers.insert(("now", 0), 0, 0, 0);
         timers.retain(|value| value.1 % 2 == 0);
         assert_eq!(timers.len(), 151);
         timers.expire(1_000, keep);
@@ -347,9 +505,9 @@ mod tests {
     fn retain_offers_values_in_processing_order() {
         let mut timers = Wheel::new(1);
         for deadline in [5_000u64, 70, 3, 64 * 64 * 3, 200] {
-            timers.insert(("x", deadline), deadline, 0);
+            timers.insert(("x", deadline), deadline, deadline, 0);
         }
-        timers.insert(("now", 0), 0, 0);
+        timers.insert(("now", 0), 0, 0, 0);
         let mut seen = Vec::new();
         timers.retain(|value| {
             seen.push(value.1);
@@ -361,7 +519,7 @@ mod tests {
     #[test]
     fn saturated_deadlines_stay_in_the_wheel() {
         let mut timers = Wheel::new(10);
-        timers.insert(("never", u64::MAX), u64::MAX, 0);
+        timers.insert(("never", u64::MAX), u64::MAX, u64::MAX, 0);
         for step in 1..200u64 {
             timers.expire(step * 1_000_000_000, keep);
             assert!(!timers.has_ready());
@@ -373,7 +531,7 @@ mod tests {
     fn many_values_in_one_slot_use_whole_chunks() {
         let mut timers = Wheel::new(10);
         for i in 0..1000 {
-            timers.insert(("x", 500 + i % 3), 500, 0);
+            timers.insert(("x", 500 + i % 3), 500, 500, 0);
         }
         let chunks: usize = timers.slots.iter().map(|bag| bag.chunks.len()).sum();
         assert_eq!(chunks, 1000usize.div_ceil(CHUNK));
@@ -402,7 +560,7 @@ mod tests {
                 0 | 1 => {
                     let deadline = now + next() % 50_000;
                     id += 1;
-                    timers.insert((id, deadline), deadline, now);
+                    timers.insert((id, deadline), deadline, deadline, now);
                     live.insert(id, deadline);
                 }
                 2 if !live.is_empty() => {
@@ -412,7 +570,7 @@ mod tests {
                 _ => {
                     now += next() % 500;
                     timers.expire(now, |(id, deadline)| {
-                        live.contains_key(&id).then_some(((id, deadline), deadline))
+                        live.contains_key(&id).then_some(((id, deadline), deadline, deadline))
                     });
                     while let Some((_, (id, deadline))) = timers.pop_ready() {
                         if live.remove(&id).is_some() {

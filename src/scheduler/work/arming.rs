@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::entry::Placement;
 use super::{Header, WorkRef};
 use crate::clock::nanos;
-use crate::scheduler::shared::Shared;
+use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::wait::frames;
 use crate::scheduler::work::state::State;
 
@@ -137,15 +137,20 @@ impl Shared {
         if core.shutdown {
             return;
         }
+        let now = self.now_ns();
+        self.relink(&mut core, work, now);
+    }
+
+    /// Gives a pending work a new live entry at its deadline (the one it had goes stale).
+    pub(crate) fn relink(&self, core: &mut Core, work: &WorkRef, now_ns: u64) {
         let dropped = work
             .header()
             .state
             .update(|old| (old.is_pending() && old.has_live_entry()).then(|| old.without_entry()));
         if dropped.is_some() {
-            self.note_stale(&mut core, 1);
+            self.note_stale(core, 1);
             // Pending without an entry: the commit links one.
-            let now = self.now_ns();
-            self.commit(&mut core, work, now, Some);
+            self.commit(core, work, now_ns, Some);
         }
     }
 

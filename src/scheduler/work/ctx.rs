@@ -129,6 +129,29 @@ impl Ctx<'_> {
         Duration::from_nanos(self.work.period_ns())
     }
 
+    /// The work's leeway (see [`Work::leeway`](crate::Work::leeway)): how late after its
+    /// deadline it may run so that it shares a wakeup; the scheduler's slack when it has
+    /// none of its own or a shorter one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let _work = sched
+    ///     .every(Duration::from_secs(1), |cx| {
+    ///         assert_eq!(cx.leeway(), Duration::from_millis(100));
+    ///         Next::Again
+    ///     })
+    ///     .leeway(Duration::from_millis(100));
+    /// assert_eq!(sched.advance(Duration::from_secs(1)), 1);
+    /// ```
+    pub fn leeway(&self) -> Duration {
+        self.scheduler.shared().leeway_of(&self.work.header)
+    }
+
     /// The scheduler running this work.
     pub fn scheduler(&self) -> &Scheduler {
         self.scheduler

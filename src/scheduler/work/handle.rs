@@ -660,6 +660,60 @@ impl Work {
     pub fn name(&self) -> &str {
         self.inner.name()
     }
+
+    /// Lets the work run up to `leeway` after each deadline, so that it shares a worker
+    /// wakeup with the works whose windows overlap its own; it never runs before its
+    /// deadline. A builder step, like [`named`](Self::named); [`Ctx::leeway`] reads it.
+    ///
+    /// The workers (and a hosted [`Driver::next_deadline`](crate::Driver::next_deadline))
+    /// wake at the earliest end of any armed window, and every wakeup runs every work
+    /// whose deadline has come: a thousand `every(1 s)` works at a hundred phases wake the
+    /// worker about ten times a second with a 100 ms leeway, once with a 1 s one, where
+    /// without a leeway each phase costs a wakeup. A lone work still costs one wakeup per
+    /// run, at the end of its window. Maintenance rarely minds being late; it is the
+    /// wakeups that cost.
+    ///
+    /// - The scheduler's [`slack`](crate::Builder::slack) is every work's floor: a shorter
+    ///   leeway (or none) counts as the slack, and the window then ends at the deadline
+    ///   rounded up to the slack, as without this call.
+    /// - A run starts by its deadline plus its leeway, plus the time a wakeup takes (the
+    ///   slack covers it). [`Ctx::lateness`] shows how late each run was.
+    /// - It is kept within 1/1024 of itself, rounded down (never longer than asked), up to
+    ///   about 13.9 years; longer leeways are that.
+    /// - It applies to every instance: `schedule`/`reschedule`, `Next::Again`/`After`,
+    ///   [`touch`](Self::touch), a timeout's expiry, and a zero delay (which then runs
+    ///   within the leeway; [`flush`](Self::flush) runs a pending instance at once). A
+    ///   [`Next::Yield`] increment runs as soon as others had their turn, whatever the
+    ///   leeway.
+    /// - On a work that is armed already (as [`every`](crate::Scheduler::every),
+    ///   [`once`](crate::Scheduler::once) and [`timeout`](crate::Scheduler::timeout)
+    ///   return it), the pending instance gets the new window too when this call follows
+    ///   the arm with no other arm on the scheduler in between, as in
+    ///   `sched.every(p, f).leeway(l)`. Otherwise a longer leeway applies from the next
+    ///   instance (the pending one keeps its narrower window), and a shorter one at once.
+    /// - [`Scheduler::manual`](crate::Scheduler::manual) runs each work at its deadline:
+    ///   its clock moves only when told, so no wakeups are there to share.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let (sched, driver) = Scheduler::builder().build_hosted()?;
+    /// let leeway = Duration::from_secs(2);
+    /// let a = sched.every(Duration::from_secs(10), |_| Next::Again).leeway(leeway);
+    /// let b = sched.every(Duration::from_secs(11), |_| Next::Again).leeway(leeway);
+    /// // One wake for both: by the end of a's window, when b's deadline has come too.
+    /// let wake = driver.next_deadline().unwrap();
+    /// assert!(wake >= b.deadline().unwrap());
+    /// assert!(wake <= a.deadline().unwrap() + leeway);
+    /// # Ok::<(), nicework::Error>(())
+    /// ```
+    pub fn leeway(self, leeway: Duration) -> Work {
+        self.shared.set_leeway(&self.inner, leeway);
+        self
+    }
 }
 
 impl Work {

@@ -82,6 +82,7 @@ pub(crate) mod cancel;
 pub(crate) mod ctx;
 pub(crate) mod entry;
 pub(crate) mod handle;
+pub(crate) mod leeway;
 pub(crate) mod listed_slots;
 pub(crate) mod listing;
 pub(crate) mod names;

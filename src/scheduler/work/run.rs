@@ -60,13 +60,14 @@ enum Class {
     /// Not the live entry, or its work is no longer armed (or is running, or left to a
     /// flusher: the completion or the flush links a new one): drop it.
     Stale,
-    /// Armed, and due at this deadline (units), which is still ahead. With an epoch: the
-    /// deadline moved later than the entry's placement, and the entry, placed again at
-    /// it, must be tagged with this new epoch (see "Placement" in `entry`).
-    Wait(u64, Option<u8>),
+    /// Armed, and due at this deadline (units), which is still ahead, with its window's
+    /// end (see `leeway`). With an epoch: the deadline moved later than the entry's
+    /// placement, and the entry, placed again at it, must be tagged with this new epoch
+    /// (see "Placement" in `entry`).
+    Wait(u64, u64, Option<u8>),
     /// Armed and due: the state word it was judged on (a take must CAS from it), the
-    /// deadline, and a timeout work's touch stamp.
-    Due(State, u64, u64),
+    /// deadline, its window's end, and a timeout work's touch stamp.
+    Due(State, u64, u64, u64),
 }
 
 /// `entry`, tagged with `epoch` if [`Class::Wait`] named a new one.
@@ -108,9 +109,10 @@ impl Shared {
                 stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
                 due = due.max(self.touch_due(stamp, entry.work().period_ns()));
             }
+            let end = self.window_end(header, state, due);
             if due > now {
                 if header.stats.placement() == Placement::encode(due, state.epoch()) {
-                    return Class::Wait(due, None);
+                    return Class::Wait(due, end, None);
                 }
                 // Placed again later: a lock-free arm that read the placement being left
                 // must fail its CAS.
@@ -120,7 +122,7 @@ impl Shared {
                 if !header.state.cas(state, moved) {
                     continue;
                 }
-                return Class::Wait(due, Some(epoch));
+                return Class::Wait(due, end, Some(epoch));
             }
             if state.is_running() || state.is_left_to_a_flusher() {
                 if header.state.cas(state, state.without_entry()) {
@@ -128,7 +130,7 @@ impl Shared {
                 }
                 continue;
             }
-            return Class::Due(state, due, stamp);
+            return Class::Due(state, due, end, stamp);
         }
     }
 
@@ -141,8 +143,8 @@ impl Shared {
         core.wheel
             .expire(now, |entry| match self.classify(&entry, now) {
                 Class::Stale => None,
-                Class::Wait(due, epoch) => Some((retag(entry, epoch), due)),
-                Class::Due(_, due, _) => Some((entry, due)),
+                Class::Wait(due, end, epoch) => Some((retag(entry, epoch), due, end)),
+                Class::Due(_, due, end, _) => Some((entry, due, end)),
             });
     }
 
@@ -174,17 +176,17 @@ impl Shared {
             loop {
                 match self.classify(&entry, now) {
                     Class::Stale => break,
-                    Class::Wait(due, epoch) => {
-                        core.wheel.defer(retag(entry, epoch), due);
+                    Class::Wait(due, end, epoch) => {
+                        core.wheel.defer(retag(entry, epoch), due, end);
                         break;
                     }
-                    Class::Due(_, due, _) if due > placed => {
+                    Class::Due(_, due, end, _) if due > placed => {
                         // Moved later (lock-free) since it was queued: still due, but
                         // behind works due before it. Queue it again in its place.
-                        core.wheel.insert(entry, due, now);
+                        core.wheel.insert(entry, due, end, now);
                         break;
                     }
-                    Class::Due(state, due, touch_stamp) => {
+                    Class::Due(state, due, _, touch_stamp) => {
                         let mut running = state;
                         running.start_run();
                         if !entry.header().state.cas(state, running) {

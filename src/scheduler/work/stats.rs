@@ -81,7 +81,10 @@ impl WorkStats {
 pub(crate) struct StatsCounters {
     /// A: completed runs; written under the core lock as a run completes (`count_run`).
     runs: AtomicU64,
-    parks: AtomicU64,
+    /// Runs that parked (bits 0..48, saturating) and the work's leeway (bits 48..64, as
+    /// [`LeewayCode`](super::leeway::LeewayCode) encodes it); both written under the core
+    /// lock only, so a load and a store each.
+    parks_and_leeway: AtomicU64,
     busy_total_ns: AtomicU64,
     /// The live timer entry's placement (bits 44..64, written under the core lock, see
     /// [`entry`](super::entry)), the longest run (bits 22..44) and the largest lateness
@@ -95,7 +98,7 @@ impl StatsCounters {
     pub(crate) fn new() -> Self {
         StatsCounters {
             runs: AtomicU64::new(0),
-            parks: AtomicU64::new(0),
+            parks_and_leeway: AtomicU64::new(0),
             busy_total_ns: AtomicU64::new(0),
             maxima_and_placement: AtomicU64::new(0),
             last_run_ns: AtomicU64::new(0),
@@ -114,9 +117,35 @@ impl StatsCounters {
         self.runs
             .store(self.runs.load(Ordering::Relaxed) + 1, Ordering::Release);
         if parked {
-            self.parks
-                .store(self.parks.load(Ordering::Relaxed) + 1, Ordering::Release);
+            let word = self.parks_and_leeway.load(Ordering::Relaxed);
+            if word & PARKS_MASK != PARKS_MASK {
+                self.parks_and_leeway.store(word + 1, Ordering::Release);
+            }
         }
+    }
+
+    /// The longest run so far (ns, as [`Approx`] keeps it: rounded down).
+    #[inline]
+    pub(crate) fn busy_max_ns(&self) -> u64 {
+        Approx::decode(Approx::field(
+            self.maxima_and_placement.load(Ordering::Relaxed),
+            BUSY_SHIFT,
+        ))
+    }
+
+    /// The work's leeway, encoded (0: none beyond the scheduler's slack).
+    #[inline]
+    pub(crate) fn leeway_code(&self) -> u16 {
+        (self.parks_and_leeway.load(Ordering::Relaxed) >> LEEWAY_SHIFT) as u16
+    }
+
+    /// Sets the work's leeway; under the core lock, the only place the word is written.
+    pub(crate) fn set_leeway_code(&self, code: u16) {
+        let word = self.parks_and_leeway.load(Ordering::Relaxed);
+        self.parks_and_leeway.store(
+            (word & PARKS_MASK) | (u64::from(code) << LEEWAY_SHIFT),
+            Ordering::Release,
+        );
     }
 
     /// Records a run's timings; only the thread that ran it calls this.
@@ -145,7 +174,7 @@ impl StatsCounters {
         let last = self.last_run_ns.load(Ordering::Relaxed);
         let maxima = self.maxima_and_placement.load(Ordering::Relaxed);
         // `parks` first: see `count_run`.
-        let parks = self.parks.load(Ordering::Acquire);
+        let parks = self.parks_and_leeway.load(Ordering::Acquire) & PARKS_MASK;
         let runs = self.runs.load(Ordering::Acquire);
         WorkStats {
             runs,
@@ -189,6 +218,10 @@ impl StatsCounters {
     }
 }
 
+/// Where the leeway sits in the parks word: its top 16 bits.
+const LEEWAY_SHIFT: u32 = 48;
+/// The parks count's bits (it saturates there: 2.8e14 parks).
+const PARKS_MASK: u64 = (1 << LEEWAY_SHIFT) - 1;
 /// Where the lateness maximum sits in the shared word.
 const LATENESS_SHIFT: u32 = 0;
 /// Where the busy maximum sits in the shared word.

@@ -17,8 +17,8 @@ fn next_wake_is_not_later_than_a_value_in_a_later_top_level_slot() {
     let mut timers: Wheel<u32> = Wheel::new(1);
     let far = HORIZON + 5 * LEVEL5_SLOT; // clamped: level 5, slot 5
     let near = 10 * LEVEL5_SLOT; // level 5, slot 10
-    timers.insert(1, far, 0);
-    timers.insert(2, near, 0);
+    timers.insert(1, far, far, 0);
+    timers.insert(2, near, near, 0);
     let wake = timers.next_wake(0).unwrap();
     assert!(
         wake <= near,
@@ -34,8 +34,8 @@ fn a_never_due_value_does_not_hide_one_due_in_700_days() {
     let never = (1u64 << 43) - 1;
     let day_units = 24 * 3600 * 10_000u64;
     let near = 700 * day_units;
-    timers.insert(1, never, 0);
-    timers.insert(2, near, 0);
+    timers.insert(1, never, never, 0);
+    timers.insert(2, near, near, 0);
     let wake = timers.next_wake(0).unwrap();
     assert!(
         wake <= near.div_ceil(10) * 10,
@@ -51,17 +51,15 @@ fn a_never_due_value_does_not_hide_one_due_in_700_days() {
 #[test]
 fn expire_processes_a_top_level_slot_behind_a_wrapped_one() {
     let mut timers: Wheel<u32> = Wheel::new(1);
-    timers.insert(1, HORIZON + 1000, 0); // clamped into level 5, slot 0 (the cursor's)
-    timers.insert(2, 3 * LEVEL5_SLOT, 0); // level 5, slot 3
+    timers.insert(1, HORIZON + 1000, HORIZON + 1000, 0); // clamped into level 5, slot 0 (the cursor's)
+    timers.insert(2, 3 * LEVEL5_SLOT, 3 * LEVEL5_SLOT, 0); // level 5, slot 3
     timers.expire(3 * LEVEL5_SLOT, |v| {
-        Some((
-            v,
-            if v == 1 {
-                HORIZON + 1000
-            } else {
-                3 * LEVEL5_SLOT
-            },
-        ))
+        let deadline = if v == 1 {
+            HORIZON + 1000
+        } else {
+            3 * LEVEL5_SLOT
+        };
+        Some((v, deadline, deadline))
     });
     let mut fired = Vec::new();
     while let Some((_, v)) = timers.pop_ready() {
@@ -83,18 +81,23 @@ fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
     }
 }
 
-/// Random arms (log-uniform delays from 0 to beyond the horizon), cancels, lazy moves
-/// later, re-arms earlier (new entry, the old one stale), sweeps; the driver jumps
-/// straight to `next_wake` (a sleeper) or a bit before it. Checks: never early, nothing
-/// due is left behind, and `next_wake` is never after the earliest live deadline.
+/// Random arms (log-uniform delays from 0 to beyond the horizon, each with a random
+/// leeway, none for a third of them), cancels, lazy moves later, re-arms earlier (new
+/// entry, the old one stale), sweeps; the driver jumps straight to `next_wake` (a
+/// sleeper) or a bit before it. Checks: never early, nothing due is left behind, and
+/// `next_wake` is never after the earliest live window's end.
 fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: usize) {
     let mut next = xorshift(seed);
     let mut timers: Wheel<(u32, u32)> = Wheel::new(tick);
-    // id -> (epoch, deadline)
-    let mut live: std::collections::HashMap<u32, (u32, u64)> = Default::default();
+    // id -> (epoch, deadline, leeway)
+    let mut live: std::collections::HashMap<u32, (u32, u64, u64)> = Default::default();
     let mut now = 0u64;
     let mut id = 0u32;
     let mut epochs = 0u32;
+    let leeway = |next: &mut dyn FnMut() -> u64| match next() % 3 {
+        0 => 0,
+        _ => next() % (tick << (next() % 12)),
+    };
     for step in 0..steps {
         let delay = |next: &mut dyn FnMut() -> u64| {
             let bits = next() % u64::from(max_bits);
@@ -108,10 +111,11 @@ fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: 
         match next() % 10 {
             0..=2 => {
                 let deadline = now.saturating_add(delay(&mut next)).min(u64::MAX / 4);
+                let leeway = leeway(&mut next);
                 id += 1;
                 epochs += 1;
-                timers.insert((id, epochs), deadline, now);
-                live.insert(id, (epochs, deadline));
+                timers.insert((id, epochs), deadline, deadline + leeway, now);
+                live.insert(id, (epochs, deadline, leeway));
             }
             3 if !live.is_empty() => {
                 let victim = *live.keys().nth((next() as usize) % live.len()).unwrap();
@@ -126,23 +130,23 @@ fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: 
             5 if !live.is_empty() => {
                 // Re-armed earlier: a new entry, the old one stale.
                 let k = *live.keys().nth((next() as usize) % live.len()).unwrap();
-                let old = live[&k].1;
+                let (_, old, leeway) = live[&k];
                 let deadline = now + (old.saturating_sub(now)) / (1 + next() % 8);
                 epochs += 1;
-                timers.insert((k, epochs), deadline, now);
-                live.insert(k, (epochs, deadline));
+                timers.insert((k, epochs), deadline, deadline + leeway, now);
+                live.insert(k, (epochs, deadline, leeway));
             }
             6 => {
                 timers.retain(|&(k, e)| live.get(&k).is_some_and(|l| l.0 == e));
             }
             _ => {
-                let earliest = live.values().map(|l| l.1).min();
+                let earliest = live.values().map(|l| l.1 + l.2).min();
                 if let Some(earliest) = earliest {
                     let bound = earliest.div_ceil(tick) * tick;
                     let wake = timers.next_wake(now);
                     assert!(
                         wake.is_some_and(|w| w <= bound.max(now)),
-                        "seed {seed} step {step}: next_wake {wake:?} > earliest live deadline \
+                        "seed {seed} step {step}: next_wake {wake:?} > earliest live end \
                          {earliest} (rounded {bound}), now {now}"
                     );
                 }
@@ -160,10 +164,10 @@ fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: 
                 now = now.max(target);
                 timers.expire(now, |(k, e)| {
                     let l = live.get(&k)?;
-                    (l.0 == e).then_some(((k, e), l.1))
+                    (l.0 == e).then_some(((k, e), l.1, l.1 + l.2))
                 });
                 while let Some((placed, (k, e))) = timers.pop_ready() {
-                    let Some(&(le, deadline)) = live.get(&k) else {
+                    let Some(&(le, deadline, leeway)) = live.get(&k) else {
                         continue;
                     };
                     if le != e {
@@ -171,7 +175,7 @@ fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: 
                     }
                     if deadline > now {
                         // Moved later after it was queued: back in.
-                        timers.insert((k, e), deadline, now);
+                        timers.insert((k, e), deadline, deadline + leeway, now);
                         continue;
                     }
                     assert!(placed <= now, "fired early");
