@@ -417,7 +417,11 @@ mod tests {
         assert_eq!(tick.wake(0), Some(100));
         assert_eq!(tick.wake(0), None, "already scheduled");
         tick.refresh(49, now);
-        assert_eq!(tick.current(), 1, "its window opens half an interval early, at 50");
+        assert_eq!(
+            tick.current(),
+            1,
+            "its window opens half an interval early, at 50"
+        );
         clock.set(100);
         tick.refresh(100, now);
         assert_eq!(tick.current(), 2);

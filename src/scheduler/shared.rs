@@ -533,8 +533,7 @@ impl Shared {
     /// later than the one set (an entry's window grew): for the blocked poller, or a
     /// hosted scheduler's host. A worker that is not blocked sets it when it next sleeps.
     pub(crate) fn follow_next_wake(&self, core: &mut Core, now_ns: u64) {
-        if core.shutdown || core.sleeper.is_none() || !(self.config.hosted || core.poller_blocked)
-        {
+        if core.shutdown || core.sleeper.is_none() || !(self.config.hosted || core.poller_blocked) {
             return;
         }
         let wake_ns = self.next_wake_ns(core, now_ns);

@@ -175,7 +175,12 @@ impl<T> Wheel<T> {
             return false;
         };
         let bag = &mut self.slots[last.index];
-        if !bag.chunks.last().and_then(|chunk| chunk.last()).is_some_and(is_it) {
+        if !bag
+            .chunks
+            .last()
+            .and_then(|chunk| chunk.last())
+            .is_some_and(is_it)
+        {
             return false;
         }
         let end_tick = end_of(last.deadline)
@@ -187,11 +192,7 @@ impl<T> Wheel<T> {
 
     /// Processes every slot due at `now`: each value in it goes through `decide`, which
     /// drops it (`None`) or returns it with the deadline and end it waits for now.
-    pub(crate) fn expire(
-        &mut self,
-        now: u64,
-        mut decide: impl FnMut(T) -> Option<(T, u64, u64)>,
-    ) {
+    pub(crate) fn expire(&mut self, now: u64, mut decide: impl FnMut(T) -> Option<(T, u64, u64)>) {
         let now_tick = now / self.tick_units;
         while let Some(exp) = self.geometry.next_expiration() {
             if exp.tick > now_tick {
@@ -283,7 +284,8 @@ impl<T> Wheel<T> {
                     // A top-level slot also holds deadlines past the horizon, placed again
                     // when it comes round: look at it by its end at the latest, as every
                     // later slot of the level starts at or after that.
-                    end = end.min(start.saturating_add(1u64 << (level as u32 * geometry::SLOT_BITS)));
+                    end =
+                        end.min(start.saturating_add(1u64 << (level as u32 * geometry::SLOT_BITS)));
                 }
                 let wake = start.max(end);
                 best = Some(best.map_or(wake, |best| best.min(wake)));
@@ -570,7 +572,8 @@ mod tests {
                 _ => {
                     now += next() % 500;
                     timers.expire(now, |(id, deadline)| {
-                        live.contains_key(&id).then_some(((id, deadline), deadline, deadline))
+                        live.contains_key(&id)
+                            .then_some(((id, deadline), deadline, deadline))
                     });
                     while let Some((_, (id, deadline))) = timers.pop_ready() {
                         if live.remove(&id).is_some() {

@@ -15,6 +15,8 @@
 //!   `IdSpace`.
 //! - `stale_entry_memory`: timer entries and live heap bytes stay bounded under millions
 //!   of armed, cancelled and dropped works.
+//! - `wakeups_coalesced`: a thousand periodic works at a hundred phases share wakeups by
+//!   their leeway, with one worker or two.
 //! - `wakeups_per_run`: a lone periodic work costs one worker wakeup per run, with one or
 //!   two workers (it allocates while it counts, but counts no bytes, so it runs without
 //!   the measuring lock... see the module).
@@ -37,4 +39,5 @@ mod percid_shapes;
 mod percid_shrink;
 mod soak;
 mod stale_entry_memory;
+mod wakeups_coalesced;
 mod wakeups_per_run;

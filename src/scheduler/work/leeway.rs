@@ -120,8 +120,7 @@ impl Shared {
             .set_leeway_code(LeewayCode::encode(nanos(leeway) / DEADLINE_UNIT_NS));
         let past_slack = self.leeway_past_slack(header);
         let state = header.state.load();
-        if past_slack == before || core.shutdown || !state.is_pending() || !state.has_live_entry()
-        {
+        if past_slack == before || core.shutdown || !state.is_pending() || !state.has_live_entry() {
             return;
         }
         let (address, epoch) = (work.address(), state.epoch());

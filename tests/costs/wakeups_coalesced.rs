@@ -1,0 +1,129 @@
+//! Works that declare a leeway share wakeups: a thousand `every(1 s)` works created at a
+//! hundred phases 10 ms apart wake the workers about ten times a second with a 100 ms
+//! leeway and once with a 1 s one, with one worker or two, where without a leeway every
+//! phase costs a wakeup. Counted by the kernel (`Metrics::worker_wakeups`) over whole
+//! seconds, against the bounds the design sets; no timing is asserted. The benchmark
+//! `cargo bench --bench work -- coalesced` prints the figures.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nicework::{Next, Scheduler, Work};
+
+const WORKS: usize = 1_000;
+const PHASES: usize = 100;
+const PERIOD: Duration = Duration::from_secs(1);
+/// Whole periods counted, after one period to settle.
+const COUNTED_PERIODS: u32 = 4;
+
+/// How the works re-arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rate {
+    /// `Next::Again`: the period counts from the end of each run.
+    FixedDelay,
+    /// `Next::At(deadline + period)`: a period after each deadline, however late the run.
+    FixedRate,
+}
+
+/// Creates the works phase by phase, lets a period pass, then counts the workers'
+/// wakeups and the runs over `COUNTED_PERIODS` periods; returns (wakeups/s, runs/s).
+fn wakeups_per_second(workers: usize, leeway: Option<Duration>, rate: Rate) -> (f64, f64) {
+    let sched = Scheduler::builder().workers(workers).build().unwrap();
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut works: Vec<Work> = Vec::with_capacity(WORKS);
+    for phase in 0..PHASES {
+        for _ in 0..WORKS / PHASES {
+            let runs = runs.clone();
+            let work = sched.every(PERIOD, move |cx| {
+                runs.fetch_add(1, Ordering::Relaxed);
+                match rate {
+                    Rate::FixedDelay => Next::Again,
+                    Rate::FixedRate => Next::At(cx.deadline() + PERIOD),
+                }
+            });
+            works.push(match leeway {
+                Some(leeway) => work.leeway(leeway),
+                None => work,
+            });
+        }
+        if phase + 1 < PHASES {
+            std::thread::sleep(PERIOD / PHASES as u32);
+        }
+    }
+    std::thread::sleep(PERIOD);
+    let (wakeups, ran, start) = (
+        sched.metrics().worker_wakeups,
+        runs.load(Ordering::Relaxed),
+        Instant::now(),
+    );
+    std::thread::sleep(PERIOD * COUNTED_PERIODS);
+    let seconds = start.elapsed().as_secs_f64();
+    (
+        (sched.metrics().worker_wakeups - wakeups) as f64 / seconds,
+        (runs.load(Ordering::Relaxed) - ran) as f64 / seconds,
+    )
+}
+
+#[test]
+fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_workers() {
+    use Rate::*;
+    // (workers, leeway, re-arm, at most this many wakeups per second)
+    let cases = [
+        (1, Some(Duration::from_millis(100)), FixedDelay, 11.0),
+        (2, Some(Duration::from_millis(100)), FixedDelay, 11.0),
+        (1, Some(Duration::from_secs(1)), FixedDelay, 2.0),
+        (2, Some(Duration::from_secs(1)), FixedDelay, 2.0),
+        (1, Some(Duration::from_secs(1)), FixedRate, 2.0),
+    ];
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = cases
+            .iter()
+            .map(|&(workers, leeway, rate, _)| {
+                s.spawn(move || wakeups_per_second(workers, leeway, rate))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (&(workers, leeway, rate, bound), &(wakeups, runs)) in cases.iter().zip(&results) {
+        println!(
+            "{workers} worker(s), leeway {leeway:?}, {rate:?}: {wakeups:.1} wakeups/s, \
+             {runs:.0} runs/s"
+        );
+        // Every work keeps running: `Again` counts the period from the end of the run, so
+        // a work that runs late by its leeway runs every period to period + leeway; a
+        // fixed rate runs once a period. A counted window may hold one run of each more
+        // or fewer.
+        let seconds = f64::from(COUNTED_PERIODS) * PERIOD.as_secs_f64();
+        let longest = match rate {
+            FixedDelay => (PERIOD + leeway.unwrap_or_default()).as_secs_f64(),
+            FixedRate => PERIOD.as_secs_f64(),
+        };
+        let (fewest, most) = (
+            WORKS as f64 * (seconds / longest - 1.0) / seconds,
+            WORKS as f64 * (seconds / PERIOD.as_secs_f64() + 1.0) / seconds,
+        );
+        assert!(
+            (fewest..=most).contains(&runs),
+            "{workers} worker(s), leeway {leeway:?}, {rate:?}: {runs:.0} runs/s, not in \
+             {fewest:.0}..={most:.0}"
+        );
+        assert!(
+            wakeups <= bound,
+            "{workers} worker(s), leeway {leeway:?}, {rate:?}: {wakeups:.1} wakeups/s, at most \
+             {bound}"
+        );
+    }
+}
+
+#[test]
+fn without_a_leeway_each_phase_still_costs_its_own_wakeup() {
+    // The other side of the count above: the works' windows do not overlap, so nothing
+    // may be merged (and the test above is not passing for want of phases).
+    let (wakeups, runs) = wakeups_per_second(1, None, Rate::FixedDelay);
+    println!("no leeway: {wakeups:.1} wakeups/s, {runs:.0} runs/s");
+    assert!(
+        wakeups >= PHASES as f64 * 0.9,
+        "{wakeups:.1} wakeups/s for {PHASES} phases"
+    );
+}
