@@ -382,6 +382,95 @@ fn wakeups_per_run() {
     }
 }
 
+/// Works with a leeway share wakeups: `n` `every(1 s)` works created at `min(n, 100)`
+/// phases over a second, each table cell counting the workers' wakeups per second (and
+/// the runs per second) over 3 s after a second to settle. A lone work is the baseline:
+/// one wakeup per run, whatever its leeway. All cells run at once, each on its own
+/// scheduler (their wakeups are counted per scheduler).
+fn coalesced_wakeups() {
+    let counts: &[usize] = if common::quick() {
+        &[1, 1000]
+    } else {
+        &[1, 100, 1000]
+    };
+    let leeways = [
+        None,
+        Some(Duration::from_millis(10)),
+        Some(Duration::from_millis(100)),
+        Some(Duration::from_secs(1)),
+    ];
+    let period = Duration::from_secs(1);
+    let cell = |workers: usize, n: usize, leeway: Option<Duration>| -> (f64, f64) {
+        let sched = Scheduler::builder().workers(workers).build().unwrap();
+        let runs = std::sync::Arc::new(AtomicU64::new(0));
+        let phases = n.min(100);
+        let mut works = Vec::with_capacity(n);
+        for phase in 0..phases {
+            for _ in 0..n / phases {
+                let runs = runs.clone();
+                let work = sched.every(period, move |_| {
+                    runs.fetch_add(1, Ordering::Relaxed);
+                    Next::Again
+                });
+                works.push(match leeway {
+                    Some(leeway) => work.leeway(leeway),
+                    None => work,
+                });
+            }
+            if phase + 1 < phases {
+                std::thread::sleep(period / phases as u32);
+            }
+        }
+        std::thread::sleep(period);
+        let (wakeups, ran, start) = (
+            sched.metrics().worker_wakeups,
+            runs.load(Ordering::Relaxed),
+            Instant::now(),
+        );
+        std::thread::sleep(period * 3);
+        let secs = start.elapsed().as_secs_f64();
+        (
+            (sched.metrics().worker_wakeups - wakeups) as f64 / secs,
+            (runs.load(Ordering::Relaxed) - ran) as f64 / secs,
+        )
+    };
+    let mut rows: Vec<(usize, usize)> = counts.iter().map(|&n| (1, n)).collect();
+    rows.push((2, 1000));
+    let results: Vec<Vec<(f64, f64)>> = std::thread::scope(|s| {
+        let handles: Vec<Vec<_>> = rows
+            .iter()
+            .map(|&(workers, n)| {
+                leeways
+                    .iter()
+                    .map(|&leeway| s.spawn(move || cell(workers, n, leeway)))
+                    .collect()
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|row| row.into_iter().map(|h| h.join().unwrap()).collect())
+            .collect()
+    });
+    println!(
+        "coalesced wakeups/s (runs/s), every(1 s) works at min(n, 100) phases:   leeway none | 10 ms | 100 ms | 1 s"
+    );
+    for (&(workers, n), cells) in rows.iter().zip(&results) {
+        let mut line = format!("  {n:>5} works, {workers} worker(s)");
+        for (wakeups, runs) in cells {
+            line += &format!("  {wakeups:6.2} ({runs:6.0})");
+        }
+        if n == 1 {
+            let per_run: Vec<String> = cells
+                .iter()
+                .map(|(w, r)| format!("{:.2}", w / r.max(f64::MIN_POSITIVE)))
+                .collect();
+            line += &format!("   wakeups per run {}", per_run.join(" / "));
+        }
+        println!("{line}");
+    }
+    println!("  (targets, 1,000 works: <= 11 with a 100 ms leeway, <= 2 with 1 s; without: one per phase)");
+}
+
 /// A hosted driver's two calls that a host makes on every loop turn, against the one
 /// `Instant::now()` a host reads anyway.
 fn hosted_driver() {
@@ -516,7 +605,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-') && a != "quick")
         .collect();
-    let benches: [(&str, fn()); 12] = [
+    let benches: [(&str, fn()); 13] = [
         ("touch", touch_armed),
         ("timeout", touch_timeout),
         ("rearm", rearm_pair),
@@ -525,6 +614,7 @@ fn main() {
         ("wakeups", idle_wakeups),
         ("parked-wakeups", parked_after_cancel_wakeups),
         ("per-run", wakeups_per_run),
+        ("coalesced", coalesced_wakeups),
         ("tick", tick_wakeups),
         ("hosted", hosted_driver),
         ("stall", drop_stall),

@@ -25,6 +25,9 @@
 //! - `late_thread_locals`: Dropping a scheduler, `flush`, `cancel_sync`, dropping a
 //!   running work, `global()`, wait cycles and `run_chunked` in a thread-local destructor
 //!   that runs after nicework's own.
+//! - `leeway`: Works with a leeway never run before their deadline, the scheduler never
+//!   plans a wake past a pending window's end, and the builder step gives an armed work
+//!   its window.
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
 //!   creation, drop, poison, detach and `once` from other threads, and against every way
 //!   a work's life ends, from inside the listing and beside it.
@@ -71,6 +74,7 @@ mod detach;
 mod faults;
 mod flush_scope;
 mod late_thread_locals;
+mod leeway;
 mod listing;
 mod lock_free_arming;
 mod lone_runs;
