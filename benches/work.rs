@@ -468,7 +468,9 @@ fn coalesced_wakeups() {
         }
         println!("{line}");
     }
-    println!("  (targets, 1,000 works: <= 11 with a 100 ms leeway, <= 2 with 1 s; without: one per phase)");
+    println!(
+        "  (targets, 1,000 works: <= 11 with a 100 ms leeway, <= 2 with 1 s; without: one per phase)"
+    );
 }
 
 /// A hosted driver's two calls that a host makes on every loop turn, against the one

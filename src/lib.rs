@@ -297,7 +297,10 @@
 //! Works, as the kernel workqueue's:
 //!
 //! - A work never runs on two threads at once, and never before its deadline; the slack
-//!   only lets it run that much late, so that neighbouring deadlines share a wakeup.
+//!   only lets it run that much late, so that neighbouring deadlines share a wakeup, and
+//!   a work's [`leeway`](Work::leeway) that much: the workers (and a host's
+//!   `next_deadline()`) wake by the earliest end of any armed window, and each wakeup
+//!   runs every work whose deadline has come.
 //! - `schedule` on a pending work changes nothing; only `reschedule` moves a deadline. A
 //!   zero delay runs at the next opportunity, and a re-arm below the slack is rounded up
 //!   to it, so `Next::Again` can never spin a core.

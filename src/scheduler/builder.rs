@@ -84,6 +84,9 @@ impl Builder {
     /// [`MIN_SLACK`]`..=`[`MAX_SLACK`] are clamped into that range (zero becomes
     /// `MIN_SLACK`), and rounded up to a whole 100 µs, the unit deadlines are kept in.
     ///
+    /// The slack is every work's floor of [`Work::leeway`](crate::Work::leeway): a work
+    /// may let a wider window share wakeups, never a narrower one.
+    ///
     /// Deadlines are rounded up, never down, so a work never runs early. A delay of at
     /// least 100 times the coarse clock's margin (3.2 s and more on a 250 Hz kernel) is
     /// timed on the lock-free paths with `CLOCK_MONOTONIC_COARSE` plus that margin (8

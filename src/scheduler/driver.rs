@@ -16,14 +16,18 @@
 //! # Invariants
 //!
 //! - `Shared::host_wake_ns` (what `next_deadline` reads, without the lock) is never later
-//!   than the earliest armed deadline rounded up to the slack, leaving out the works a
+//!   than the earliest end of an armed work's window (its deadline plus its leeway, see
+//!   `leeway`) rounded up to the slack, leaving out the works a
 //!   `run_due` call in progress holds back for its caller's next call (it ran them, they
 //!   are due again, and no other call may run them: that call puts them back, and
 //!   publishes their wake, before it returns): a locked arm that moves the
-//!   earliest deadline earlier lowers it in `Shared::kick`, under the core lock, before
-//!   the arm returns; a lock-free arm only ever moves a deadline later than its entry; and
-//!   `run_due` recomputes it from the wheel before it returns. So `run_due`'s lock-free
-//!   test "the next wake is after now" never skips a due work.
+//!   earliest end earlier lowers it in `Shared::kick`, under the core lock, before the
+//!   arm returns; a lock-free arm only ever moves a deadline later than its entry; a
+//!   leeway given to an armed work moves it only to the wheel's new earliest end
+//!   (`Shared::follow_next_wake`); and `run_due` recomputes it from the wheel before it
+//!   returns. So `run_due`'s lock-free test "the next wake is after now" never skips a
+//!   work whose window has ended; a work whose deadline has come but whose window has
+//!   not ended yet may wait for the next wake, as it would on a worker.
 //! - The waker is woken after the core lock is released (`CoreGuard`'s drop), never under
 //!   it, so a waker may call back into nicework.
 //! - `run_due` runs each work at most once per call: a work that re-arms itself due at
@@ -100,8 +104,10 @@ impl Driver {
     }
 
     /// When the host should call [`run_due`](Self::run_due) next: never later than the
-    /// earliest deadline of any armed work (an [`IdSpace`](crate::IdSpace)'s compaction
-    /// included) rounded up to the slack; sometimes earlier, for a deadline moved later
+    /// earliest end of any armed work's window, its deadline plus its
+    /// [`leeway`](crate::Work::leeway) (an [`IdSpace`](crate::IdSpace)'s compaction
+    /// included), rounded up to the slack; so works whose windows overlap share one
+    /// call. Sometimes earlier, for a deadline moved later
     /// since or an entry left by a cancelled work. `None` when
     /// nothing is armed, and once the scheduler is shut down. One atomic load, no lock.
     ///
@@ -128,7 +134,9 @@ impl Driver {
             .then(|| self.shared.instant_at(wake_ns))
     }
 
-    /// Runs every work due now on the calling thread, in deadline order, each at most once
+    /// Runs every work due now on the calling thread (every work whose deadline has come,
+    /// whatever is left of its window), earliest window end first (deadline order for
+    /// works without a leeway), each at most once
     /// (a `Next::Yield` runs its next increment at the next call), and returns how many
     /// runs it made. Works that come due while it runs wait for the next call.
     ///

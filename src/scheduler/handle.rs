@@ -238,7 +238,9 @@ impl Scheduler {
     }
 
     /// Creates a work armed for `now + period` whose period stays `period`;
-    /// `schedule`/`reschedule` only move its next deadline.
+    /// `schedule`/`reschedule` only move its next deadline. Many periodic works share
+    /// the workers' wakeups when each says how late it may run:
+    /// `sched.every(period, f).leeway(l)` (see [`Work::leeway`]).
     ///
     /// # Examples
     ///

@@ -32,7 +32,7 @@ use crate::scheduler::work::entry::{Entry, Placement};
 use crate::scheduler::work::listed_slots::ListedSlots;
 use crate::scheduler::work::state::{DEADLINE_UNIT_NS, State, units_ceil};
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering, lock};
-use crate::wheel::Wheel;
+use crate::wheel::{ReadyOrder, Wheel};
 
 /// Delays at least this many times the coarse clock's margin are timed with the coarse
 /// clock (so its extra lateness is at most 1 % of the delay); shorter ones read the full
@@ -180,9 +180,9 @@ pub(crate) struct Shared {
     pub(crate) touch_tick: TouchTick,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
-    /// none. Never later than the earliest armed deadline rounded up to the slack: every
-    /// locked arm that moves it earlier lowers it (`kick`), a lock-free arm only moves a
-    /// deadline later, and `run_due` recomputes it.
+    /// none. Never later than the earliest end of an armed window rounded up to the slack:
+    /// every locked arm that moves it earlier lowers it (`kick`), a lock-free arm only
+    /// moves a deadline later, and `run_due` recomputes it.
     pub(super) host_wake_ns: AtomicU64,
     /// T: the live works, for `Scheduler::works` (see `listing`).
     pub(crate) registry: std::sync::Mutex<ListedSlots<Header>>,
@@ -209,7 +209,14 @@ impl Shared {
         let wakeups = WorkerWakeups::new(sleeper.as_ref());
         Shared {
             core: Mutex::new(Core {
-                wheel: Wheel::new(config.slack_ns / DEADLINE_UNIT_NS),
+                wheel: Wheel::new(
+                    config.slack_ns / DEADLINE_UNIT_NS,
+                    if manual {
+                        ReadyOrder::ByDeadline
+                    } else {
+                        ReadyOrder::ByEnd
+                    },
+                ),
                 shutdown: false,
                 idle_workers: 0,
                 run_waiters: 0,

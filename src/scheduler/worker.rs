@@ -4,8 +4,8 @@
 //! 1. moves everything due from the wheel to the ready list;
 //! 2. takes the first ready work that is not running elsewhere and runs it unlocked;
 //! 3. else, if no worker is blocked on the timer, becomes the *poller*: programs the
-//!    timer for the earliest deadline in the next occupied slot (or disarms it when
-//!    nothing is armed), marks itself blocked and sleeps on it;
+//!    timer for the earliest end of an armed window (or disarms it when nothing is
+//!    armed), marks itself blocked and sleeps on it;
 //! 4. else sleeps on the `idle` condition variable as a follower.
 //!
 //! A worker that is not the poller may still place entries (judging due ones can put

@@ -27,7 +27,9 @@
 //!   end first, so the one whose window closes first is not kept waiting by those that
 //!   can still wait. A value without a leeway ends at its deadline, so such values run in
 //!   deadline order, and a `Yield` (deadline "now", no leeway) goes behind everything due
-//!   by now.
+//!   by now. A manual scheduler's wheel orders it by deadline instead
+//!   ([`ReadyOrder`]): its clock moves only when told, so there are no wakeups to share,
+//!   and its works run at their deadlines.
 //! - Slots hold values in fixed-size chunks, so the memory per value is the value's size
 //!   plus a fraction of a chunk header, whatever the number of values per slot.
 //! - The latest placement can get a new end ([`rewindow_last`](Wheel::rewindow_last))
@@ -76,13 +78,23 @@ struct LastPlacement {
     first_end: u64,
 }
 
+/// What orders the ready queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadyOrder {
+    /// Earliest end first (real schedulers).
+    ByEnd,
+    /// Earliest deadline first (manual schedulers).
+    ByDeadline,
+}
+
 /// Timer entries, placed by deadline.
 #[derive(Debug)]
 pub(crate) struct Wheel<T> {
     geometry: Geometry,
     slots: Box<[Bag<T>]>,
-    /// Due values with their end and deadline (units), by end.
+    /// Due values with their order key (see `order`) and deadline (units).
     ready: VecDeque<(u64, u64, T)>,
+    order: ReadyOrder,
     tick_units: u64,
     len: usize,
     spare: Vec<Vec<T>>,
@@ -91,7 +103,7 @@ pub(crate) struct Wheel<T> {
 
 impl<T> Wheel<T> {
     /// An empty structure whose tick (and so coalescing window) is `tick_units`.
-    pub(crate) fn new(tick_units: u64) -> Self {
+    pub(crate) fn new(tick_units: u64, order: ReadyOrder) -> Self {
         Wheel {
             geometry: Geometry::new(),
             slots: (0..LEVELS * SLOTS)
@@ -102,6 +114,7 @@ impl<T> Wheel<T> {
                 })
                 .collect(),
             ready: VecDeque::new(),
+            order,
             tick_units: tick_units.max(1),
             len: 0,
             spare: Vec::new(),
@@ -125,9 +138,12 @@ impl<T> Wheel<T> {
         let tick = deadline.div_ceil(self.tick_units);
         if deadline <= now || tick <= self.geometry.elapsed {
             self.last = None;
-            let end = end.max(deadline);
-            let at = self.ready.partition_point(|(queued, _, _)| *queued <= end);
-            self.ready.insert(at, (end, deadline, value));
+            let key = match self.order {
+                ReadyOrder::ByEnd => end.max(deadline),
+                ReadyOrder::ByDeadline => deadline,
+            };
+            let at = self.ready.partition_point(|(queued, _, _)| *queued <= key);
+            self.ready.insert(at, (key, deadline, value));
         } else {
             let end_tick = end.div_ceil(self.tick_units).max(tick);
             self.place_in_wheel(value, deadline, tick, end_tick);
@@ -258,8 +274,8 @@ impl<T> Wheel<T> {
         self.first_end_in_slots()
     }
 
-    /// The earliest end (units) of any value held, ready ones included. `None` when it
-    /// holds nothing.
+    /// The earliest end (units) of any value held, ready ones included (a lower bound for
+    /// those when the queue is ordered by deadline). `None` when it holds nothing.
     pub(crate) fn first_end(&self) -> Option<u64> {
         let ready = self.ready.front().map(|(end, _, _)| *end);
         match (ready, self.first_end_in_slots()) {
@@ -391,7 +407,7 @@ mod tests {
 
     #[test]
     fn entries_expire_in_deadline_order_and_never_early() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         for value in [("c", 35), ("a", 10), ("b", 30), ("far", 700_000)] {
             timers.insert(value, value.1, value.1, 0);
         }
@@ -408,7 +424,7 @@ mod tests {
 
     #[test]
     fn dropped_values_never_come_back_and_moved_ones_wait() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         timers.insert(("a", 50), 50, 50, 0);
         timers.insert(("b", 50), 50, 50, 0);
         timers.insert(("later", 50), 50, 50, 0);
@@ -427,7 +443,7 @@ mod tests {
 
     #[test]
     fn next_wake_is_the_first_occupied_slot() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         assert_eq!(timers.next_wake(0), None);
         timers.insert(("a", 21), 21, 21, 0);
         assert_eq!(timers.next_wake(0), Some(30));
@@ -437,7 +453,7 @@ mod tests {
 
     #[test]
     fn next_wake_is_the_earliest_end_and_it_takes_every_open_window_along() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         // Windows 100..400, 200..300 and 350..360: the earliest end is 300, where the
         // first two have opened and the third has not.
         timers.insert(("a", 100), 100, 400, 0);
@@ -456,7 +472,7 @@ mod tests {
 
     #[test]
     fn the_search_for_the_earliest_end_looks_past_slots_that_end_late() {
-        let mut timers = Wheel::new(1);
+        let mut timers = Wheel::new(1, ReadyOrder::ByEnd);
         // A level-1 slot (64..128) whose value ends far out, and a later level-1 slot
         // (128..192) whose value ends first.
         timers.insert(("lax", 70), 70, 10_000, 0);
@@ -467,7 +483,7 @@ mod tests {
 
     #[test]
     fn the_last_placement_gets_a_new_end_only_while_nothing_else_changed() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         timers.insert(("a", 100), 100, 100, 0);
         assert!(timers.rewindow_last(|v| v.0 == "a", |deadline| deadline + 500));
         assert_eq!(timers.next_wake(0), Some(600));
@@ -486,7 +502,7 @@ mod tests {
 
     #[test]
     fn retain_keeps_exactly_the_accepted_values_in_place() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         for i in 0..300u64 {
             timers.insert(("x", 100 + i), 100 + i, 100 + i, 0);
         }
@@ -505,7 +521,7 @@ mod tests {
 
     #[test]
     fn retain_offers_values_in_processing_order() {
-        let mut timers = Wheel::new(1);
+        let mut timers = Wheel::new(1, ReadyOrder::ByEnd);
         for deadline in [5_000u64, 70, 3, 64 * 64 * 3, 200] {
             timers.insert(("x", deadline), deadline, deadline, 0);
         }
@@ -520,7 +536,7 @@ mod tests {
 
     #[test]
     fn saturated_deadlines_stay_in_the_wheel() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         timers.insert(("never", u64::MAX), u64::MAX, u64::MAX, 0);
         for step in 1..200u64 {
             timers.expire(step * 1_000_000_000, keep);
@@ -531,7 +547,7 @@ mod tests {
 
     #[test]
     fn many_values_in_one_slot_use_whole_chunks() {
-        let mut timers = Wheel::new(10);
+        let mut timers = Wheel::new(10, ReadyOrder::ByEnd);
         for i in 0..1000 {
             timers.insert(("x", 500 + i % 3), 500, 500, 0);
         }
@@ -552,7 +568,7 @@ mod tests {
             seed
         };
         const TICK: u64 = 10;
-        let mut timers: Wheel<(u32, u64)> = Wheel::new(TICK);
+        let mut timers: Wheel<(u32, u64)> = Wheel::new(TICK, ReadyOrder::ByEnd);
         // Live values by id; a value whose id is gone is stale and must be dropped.
         let mut live: std::collections::HashMap<u32, u64> = Default::default();
         let mut now = 0u64;

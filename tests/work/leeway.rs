@@ -155,7 +155,10 @@ fn a_hosted_scheduler_never_plans_a_wake_past_a_pending_windows_end() {
         runs.load(SeqCst)
     );
     assert!(shared_wakes > 0, "no wakeup ran two works");
-    assert!(early.lock().unwrap().is_empty(), "a run began before its deadline");
+    assert!(
+        early.lock().unwrap().is_empty(),
+        "a run began before its deadline"
+    );
 }
 
 /// The hosted scheduler's planned wake, as a distance from `from`.
@@ -174,7 +177,10 @@ fn ctx_leeway_reads_the_leeway_or_the_slack_where_that_is_more() {
         (Some(Duration::from_millis(5)), Duration::from_millis(5)),
         (Some(Duration::from_micros(100)), SLACK),
         (Some(Duration::ZERO), SLACK),
-        (Some(Duration::from_millis(1500)), Duration::from_millis(1500)),
+        (
+            Some(Duration::from_millis(1500)),
+            Duration::from_millis(1500),
+        ),
     ];
     for (leeway, expected) in cases {
         let seen = Arc::new(Mutex::new(None));
@@ -194,7 +200,11 @@ fn ctx_leeway_reads_the_leeway_or_the_slack_where_that_is_more() {
 #[test]
 fn a_huge_leeway_is_kept_as_about_fourteen_years_and_never_longer_than_asked() {
     let sched = Scheduler::manual();
-    for leeway in [Duration::MAX, Duration::from_secs(u64::MAX / 2), Duration::from_secs(3600)] {
+    for leeway in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX / 2),
+        Duration::from_secs(3600),
+    ] {
         let seen = Arc::new(Mutex::new(Duration::ZERO));
         let saw = seen.clone();
         let _work = sched
@@ -221,7 +231,11 @@ fn a_leeway_right_after_the_arm_gives_the_pending_instance_its_window() {
         .leeway(Duration::from_secs(2));
     let deadline = work.deadline().unwrap();
     let wake = driver.next_deadline().unwrap();
-    assert!(wake > deadline + Duration::from_millis(1900), "{:?}", wake - deadline);
+    assert!(
+        wake > deadline + Duration::from_millis(1900),
+        "{:?}",
+        wake - deadline
+    );
     assert!(wake <= deadline + Duration::from_secs(2));
     // The same for `once` and `timeout`.
     let once = sched

@@ -691,8 +691,9 @@ impl Work {
     ///   the arm with no other arm on the scheduler in between, as in
     ///   `sched.every(p, f).leeway(l)`. Otherwise a longer leeway applies from the next
     ///   instance (the pending one keeps its narrower window), and a shorter one at once.
-    /// - [`Scheduler::manual`](crate::Scheduler::manual) runs each work at its deadline:
-    ///   its clock moves only when told, so no wakeups are there to share.
+    /// - [`Scheduler::manual`](crate::Scheduler::manual) runs each work at its deadline, in
+    ///   deadline order, as without a leeway: its clock moves only when told, so there are
+    ///   no wakeups to share.
     ///
     /// # Examples
     ///

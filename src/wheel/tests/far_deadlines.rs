@@ -2,7 +2,7 @@
 //! against a driver that only looks at the structure when `next_wake` says so (a sleeping
 //! poller, or a host sleeping until `Driver::next_deadline`).
 
-use crate::wheel::Wheel;
+use crate::wheel::{ReadyOrder, Wheel};
 
 const LEVEL5_SLOT: u64 = 1 << 30; // ticks a level-5 slot covers
 const HORIZON: u64 = 1 << 36; // ticks the wheel reaches
@@ -14,7 +14,7 @@ const HORIZON: u64 = 1 << 36; // ticks the wheel reaches
 /// work due 646..795 days out is woken for ~27 years later.)
 #[test]
 fn next_wake_is_not_later_than_a_value_in_a_later_top_level_slot() {
-    let mut timers: Wheel<u32> = Wheel::new(1);
+    let mut timers: Wheel<u32> = Wheel::new(1, ReadyOrder::ByEnd);
     let far = HORIZON + 5 * LEVEL5_SLOT; // clamped: level 5, slot 5
     let near = 10 * LEVEL5_SLOT; // level 5, slot 10
     timers.insert(1, far, far, 0);
@@ -30,7 +30,7 @@ fn next_wake_is_not_later_than_a_value_in_a_later_top_level_slot() {
 /// `DEADLINE_NEVER` = 2^43 - 1 units (a `Duration::MAX` arm), and a work due in 700 days.
 #[test]
 fn a_never_due_value_does_not_hide_one_due_in_700_days() {
-    let mut timers: Wheel<u32> = Wheel::new(10);
+    let mut timers: Wheel<u32> = Wheel::new(10, ReadyOrder::ByEnd);
     let never = (1u64 << 43) - 1;
     let day_units = 24 * 3600 * 10_000u64;
     let near = 700 * day_units;
@@ -50,7 +50,7 @@ fn a_never_due_value_does_not_hide_one_due_in_700_days() {
 /// slot behind it is then never processed by `expire` until that far tick.
 #[test]
 fn expire_processes_a_top_level_slot_behind_a_wrapped_one() {
-    let mut timers: Wheel<u32> = Wheel::new(1);
+    let mut timers: Wheel<u32> = Wheel::new(1, ReadyOrder::ByEnd);
     timers.insert(1, HORIZON + 1000, HORIZON + 1000, 0); // clamped into level 5, slot 0 (the cursor's)
     timers.insert(2, 3 * LEVEL5_SLOT, 3 * LEVEL5_SLOT, 0); // level 5, slot 3
     timers.expire(3 * LEVEL5_SLOT, |v| {
@@ -88,7 +88,7 @@ fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
 /// `next_wake` is never after the earliest live window's end.
 fn sleeping_driver_round(seed: u64, tick: u64, max_bits: u32, far: bool, steps: usize) {
     let mut next = xorshift(seed);
-    let mut timers: Wheel<(u32, u32)> = Wheel::new(tick);
+    let mut timers: Wheel<(u32, u32)> = Wheel::new(tick, ReadyOrder::ByEnd);
     // id -> (epoch, deadline, leeway)
     let mut live: std::collections::HashMap<u32, (u32, u64, u64)> = Default::default();
     let mut now = 0u64;
