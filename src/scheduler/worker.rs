@@ -43,7 +43,7 @@ use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::run::{Executed, Taken};
-use crate::scheduler::work::state::units_to_ns;
+use crate::scheduler::work::state::DEADLINE_UNIT_NS;
 use crate::sync::thread_local;
 
 thread_local! {
@@ -63,21 +63,22 @@ pub(crate) fn is_worker_of(shared: &Shared) -> bool {
 }
 
 /// Whether a run about to start may hold up what its worker leaves behind (see "Handing
-/// on"): the work never ran, or its longest run would end past the earliest end of the
-/// rest plus two slacks.
+/// on"): something is left, and the work never ran, or its longest run would end past
+/// the earliest end of the rest plus two slacks.
 fn run_may_hold_up(shared: &Shared, core: &Core, taken: &Taken, now_ns: u64) -> bool {
-    let wheel = core.wheel.first_end().map(units_to_ns);
-    let Some(first_end) = [wheel, shared.touch_tick.next_refresh_ns()]
-        .into_iter()
-        .flatten()
-        .min()
-    else {
+    let refresh = shared.touch_tick.next_refresh_ns();
+    if core.wheel.len() == 0 && refresh.is_none() {
         return false;
-    };
+    }
     let stats = &taken.work.header().stats;
-    stats.runs() == 0
-        || now_ns.saturating_add(stats.busy_max_ns())
-            > first_end.saturating_add(2 * shared.config.slack_ns)
+    if stats.runs() == 0 {
+        return true;
+    }
+    let held_until = now_ns
+        .saturating_add(stats.busy_max_ns())
+        .saturating_sub(2 * shared.config.slack_ns);
+    refresh.is_some_and(|at| at < held_until)
+        || core.wheel.has_end_before(held_until / DEADLINE_UNIT_NS)
 }
 
 pub(crate) fn main(
