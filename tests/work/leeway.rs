@@ -353,3 +353,30 @@ fn a_leeway_after_shutdown_or_on_a_parked_work_is_kept_and_harmless() {
     assert!(!armed.is_pending(), "nothing is armed after shutdown");
     assert!(!armed.schedule(Duration::ZERO));
 }
+
+#[test]
+fn works_list_their_leeway_and_an_id_spaces_scans_have_a_quarter_of_their_period() {
+    let sched = Scheduler::manual();
+    let _ids = nicework::IdSpace::builder()
+        .scan_period(Duration::from_millis(400))
+        .build(&sched);
+    let _purge = sched
+        .every(Duration::from_secs(1), |_| Next::Again)
+        .leeway(Duration::from_millis(250))
+        .named("purge");
+    let _plain = sched.work(|_| Next::Park).named("plain");
+    let mut seen = Vec::new();
+    sched.works(|info| seen.push((info.name.to_string(), info.leeway)));
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (
+                "nicework.cid-compaction".to_string(),
+                Duration::from_millis(100)
+            ),
+            ("plain".to_string(), SLACK),
+            ("purge".to_string(), Duration::from_millis(250)),
+        ]
+    );
+}

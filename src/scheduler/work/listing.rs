@@ -99,6 +99,7 @@ impl Shared {
                 id: work.id(),
                 kind: WorkKind::of(state.kind(), work.is_once()),
                 period: self.period_of(&work),
+                leeway: self.leeway_of(work.header()),
                 name: work.name(),
                 stats: self.stats_of(&work),
                 deadline: self.deadline_of(&work),
@@ -134,6 +135,9 @@ pub struct WorkInfo<'a> {
     pub kind: WorkKind,
     /// Its period, as [`Work::period`](crate::Work::period) (a timeout's idle time).
     pub period: Duration,
+    /// How late it may run to share a wakeup, as [`Ctx::leeway`](crate::Ctx::leeway)
+    /// reads it (the scheduler's slack when it has no longer one of its own).
+    pub leeway: Duration,
     /// Its [`named`](crate::Work::named) name, or its closure's type name.
     pub name: &'a str,
     /// Its statistics, as [`Work::stats`](crate::Work::stats).
