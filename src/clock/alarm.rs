@@ -157,6 +157,10 @@ pub(crate) struct SleeperReader {
 }
 
 impl Sleeper {
+    /// A reader blocked with a deadline wakes at it even after `disarm` (see
+    /// `scheduler::standby`).
+    pub(crate) const DISARM_IS_SILENT: bool = false;
+
     pub(crate) fn new() -> io::Result<Self> {
         Ok(Self::with_alarm(Alarm {
             shot: Mutex::new(Shot::default()),

@@ -29,6 +29,9 @@ pub(crate) struct SleeperReader {
 }
 
 impl Sleeper {
+    /// Disarming the timer wakes no reader blocked on it (see `scheduler::standby`).
+    pub(crate) const DISARM_IS_SILENT: bool = true;
+
     pub(crate) fn new() -> io::Result<Self> {
         Ok(Sleeper {
             fd: TimerFd::new_custom(ClockId::Monotonic, false, true)?,

@@ -228,7 +228,7 @@ fn start_hosted(config: Config) -> Result<(Scheduler, Driver), Error> {
 
     let source = Sleeper::new_nonblocking()?;
     let reader = source.reader()?;
-    let shared = Arc::new(Shared::new(config, Some(source), None));
+    let shared = Arc::new(Shared::new(config, Some(source), None, None));
     let driver = Driver::new(shared.clone(), reader);
     Ok((Scheduler::owning(shared), driver))
 }
@@ -249,20 +249,31 @@ fn start(config: Config) -> Result<Scheduler, Error> {
     use crate::sync::lock_std;
 
     let source = Sleeper::new()?;
+    // The standby's timer (see `standby`): only where disarming it wakes nobody.
+    let watch = if config.workers >= 2 && Sleeper::DISARM_IS_SILENT {
+        Some(Sleeper::new()?)
+    } else {
+        None
+    };
     let readers = (0..config.workers)
-        .map(|_| source.reader())
+        .map(|_| {
+            let watch_reader = watch.as_ref().map(Sleeper::reader).transpose()?;
+            Ok::<_, std::io::Error>((source.reader()?, watch_reader))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let raise_limit = crate::priority::raise_limit();
-    let shared = Arc::new(Shared::new(config, Some(source), raise_limit));
+    let shared = Arc::new(Shared::new(config, Some(source), watch, raise_limit));
     // From here on, dropping `scheduler` shuts down and joins whatever was started.
     let scheduler = Scheduler::owning(shared.clone());
     let (started_tx, started_rx) = mpsc::channel();
-    for (index, reader) in readers.into_iter().enumerate() {
+    for (index, (reader, watch_reader)) in readers.into_iter().enumerate() {
         let thread_shared = shared.clone();
         let tx = started_tx.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("{}-{index}", shared.config.name))
-            .spawn(move || crate::scheduler::worker::main(thread_shared, reader, tx))?;
+            .spawn(move || {
+                crate::scheduler::worker::main(thread_shared, reader, watch_reader, tx)
+            })?;
         lock_std(&shared.threads).push(spawned);
     }
     drop(started_tx);

@@ -157,7 +157,7 @@ impl Scheduler {
     pub fn manual() -> Scheduler {
         #[cfg(all(loom, not(feature = "loom")))]
         warn_loom_without_feature();
-        let shared = Shared::new(Builder::manual_config(), None, None);
+        let shared = Shared::new(Builder::manual_config(), None, None, None);
         Scheduler::owning(Arc::new(shared))
     }
 

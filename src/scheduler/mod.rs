@@ -11,6 +11,7 @@
 //! - [`lock`]: the core lock's guard, which wakes the owed wakers after it releases the
 //!   lock.
 //! - [`worker`]: the worker thread loop (leader/follower over one timer).
+//! - [`standby`]: the idle worker that watches for a busy one on a timer of its own.
 //! - [`driver`]: [`Driver`], how a host's own loop runs a hosted scheduler's works.
 //! - [`backoff`]: how a worker backs off between `Yield` increments while every CPU is
 //!   busy.
@@ -36,6 +37,7 @@ pub(crate) mod handle;
 pub(crate) mod lock;
 mod metrics;
 pub(crate) mod shared;
+mod standby;
 pub(crate) mod wait;
 mod wakeups;
 pub(crate) mod work;

@@ -81,6 +81,12 @@ pub(crate) struct Core {
     pub(super) programmed_ns: Option<u64>,
     /// L: the timerfd (`None` for `manual()`).
     pub(super) sleeper: Option<Sleeper>,
+    /// L: the standby's timer (see `standby`): Linux schedulers with two workers or more.
+    pub(super) watch: Option<Sleeper>,
+    /// L: a worker sleeps on `watch` as the standby.
+    pub(super) standby_waiting: bool,
+    /// L: when `watch` is set to fire, if it is.
+    pub(super) watch_ns: Option<u64>,
     /// L: which worker runs what, and the priority lent to it.
     pub(super) lending: Lending,
     /// L: `Yield` increments deferred because every CPU was busy (see `backoff`).
@@ -204,7 +210,12 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config, sleeper: Option<Sleeper>, raise_limit: Option<i32>) -> Self {
+    pub(crate) fn new(
+        config: Config,
+        sleeper: Option<Sleeper>,
+        watch: Option<Sleeper>,
+        raise_limit: Option<i32>,
+    ) -> Self {
         let manual = sleeper.is_none();
         let wakeups = WorkerWakeups::new(sleeper.as_ref());
         Shared {
@@ -223,6 +234,9 @@ impl Shared {
                 poller_blocked: false,
                 programmed_ns: None,
                 sleeper,
+                watch,
+                standby_waiting: false,
+                watch_ns: None,
                 lending: Lending::new(raise_limit),
                 deferred_yields: 0,
                 panics: 0,
@@ -494,16 +508,24 @@ impl Shared {
             }
             return;
         }
-        if deadline_ns <= now_ns && core.idle_workers > 0 {
-            self.idle.notify_one();
+        if deadline_ns <= now_ns && self.wake_idle_worker(core) {
             return;
         }
         if !core.poller_blocked {
             // Nobody watches the timer: the workers are busy, or the one that watched
-            // took a run with nothing else armed (see `worker`). An idle follower becomes
-            // the watcher; with none, or for the re-arm of a run a worker is completing,
-            // the next worker to finish looks at the structure first.
-            if core.idle_workers > 0 && !core.completing_on_worker {
+            // took a run (see `worker`). For the re-arm of a run a worker is completing,
+            // that worker looks at the structure first when it releases the lock. Else
+            // the standby's watch covers the new window (see `standby`), or an idle
+            // follower becomes the watcher; with neither, the next worker to finish
+            // looks at the structure first.
+            if !core.completing_on_worker
+                && !self.watch_until(
+                    core,
+                    deadline_ns.saturating_add(2 * self.config.slack_ns),
+                    now_ns,
+                )
+                && core.idle_workers > 0
+            {
                 self.idle.notify_one();
             }
             return;
@@ -617,6 +639,7 @@ impl Shared {
         let entries = core.wheel.drain();
         let ended = Self::disarm_drained(&entries);
         self.idle.notify_all();
+        Self::wake_standby_for_shutdown(&mut core);
         if self.config.hosted {
             // Nothing is ever due again: the descriptor is disarmed (which also clears
             // an expiry not yet drained) and the host's waker is told once.

@@ -6,14 +6,16 @@
 //! 3. else, if no worker is blocked on the timer, becomes the *poller*: programs the
 //!    timer for the earliest end of an armed window (or disarms it when nothing is
 //!    armed), marks itself blocked and sleeps on it;
-//! 4. else sleeps on the `idle` condition variable as a follower.
+//! 4. else, where there is a standby's timer and nobody sleeps on it, sleeps on it as the
+//!    *standby* (see `standby`);
+//! 5. else sleeps on the `idle` condition variable as a follower.
 //!
 //! A worker that is not the poller may still place entries (judging due ones can put
 //! them back into the wheel); it then brings the poller's wakeup forward if needed, so
 //! the timerfd is never programmed later than the wheel's next slot.
 //!
-//! With every work parked the poller's timerfd is disarmed and followers wait on the
-//! condvar: zero wakeups per second. Arming from another thread either notifies an idle
+//! With every work parked the poller's timerfd is disarmed, the standby's too, and
+//! followers wait on the condvar: zero wakeups per second. Arming from another thread either notifies an idle
 //! follower (due now) or re-programs the timerfd if the new window's end is earlier than
 //! the programmed wakeup (see `Shared::kick`). Wakeups follow the ends of the windows
 //! (see `leeway`): one per run of a lone periodic work, and one for every group of works
@@ -23,15 +25,13 @@
 //! # Handing on
 //!
 //! A worker that takes a run leaves behind the rest: due works on the ready queue, and a
-//! timer nobody watches while it runs. It hands them to an idle follower (or, for due
-//! works, wakes the blocked poller) only when the run may hold them up: when the work
-//! never ran before, or when its longest run so far would end past the earliest end of
-//! what is left plus two slacks (a window's end in the wheel lies one slack before the
-//! latest start the leeway allows, and the slack is the tolerance past that). Otherwise
-//! it runs them itself when the run ends, and a group of due works costs one wakeup
-//! however many workers there are. An arm from another thread during the run still wakes
-//! a follower to watch (`kick`). A run longer than any of its work's runs before holds up
-//! the others until it ends; every later run of that work is handed on around.
+//! timer nobody watches while it runs. Where there is a standby (see `standby`: Linux,
+//! two workers or more) it sets the standby's watch for the earliest end of the rest
+//! plus two slacks, and runs the rest itself when its run ends in time; the standby
+//! wakes only when it does not. So a group of due works costs one wakeup however many
+//! workers there are, and no due work waits for a busy worker past its window. Without
+//! a standby it hands the rest to an idle follower at once (or, for due works, wakes the
+//! blocked poller), as a worker of the portable build does.
 
 use std::cell::Cell;
 use std::sync::Arc;
@@ -41,9 +41,8 @@ use crate::Error;
 use crate::clock::sleeper::SleeperReader;
 use crate::scheduler::backoff::Backoff;
 use crate::scheduler::handle::Handle;
-use crate::scheduler::shared::{Core, Shared};
-use crate::scheduler::work::run::{Executed, Taken};
-use crate::scheduler::work::state::DEADLINE_UNIT_NS;
+use crate::scheduler::shared::Shared;
+use crate::scheduler::work::run::Executed;
 use crate::sync::thread_local;
 
 thread_local! {
@@ -62,28 +61,10 @@ pub(crate) fn is_worker_of(shared: &Shared) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether a run about to start may hold up what its worker leaves behind (see "Handing
-/// on"): something is left, and the work never ran, or its longest run would end past
-/// the earliest end of the rest plus two slacks.
-fn run_may_hold_up(shared: &Shared, core: &Core, taken: &Taken, now_ns: u64) -> bool {
-    let refresh = shared.touch_tick.next_refresh_ns();
-    if core.wheel.len() == 0 && refresh.is_none() {
-        return false;
-    }
-    let stats = &taken.work.header().stats;
-    if stats.runs() == 0 {
-        return true;
-    }
-    let held_until = now_ns
-        .saturating_add(stats.busy_max_ns())
-        .saturating_sub(2 * shared.config.slack_ns);
-    refresh.is_some_and(|at| at < held_until)
-        || core.wheel.has_end_before(held_until / DEADLINE_UNIT_NS)
-}
-
 pub(crate) fn main(
     shared: Arc<Shared>,
     reader: SleeperReader,
+    watch_reader: Option<SleeperReader>,
     started: Sender<Result<crate::priority::Tid, Error>>,
 ) {
     let priority = shared.config.priority;
@@ -118,18 +99,21 @@ pub(crate) fn main(
             taken.worker_slot = Some(slot);
             core.lending
                 .start(slot, crate::scheduler::wait::frames::address(&taken.work));
-            // Hand on what this worker leaves behind if this run may hold it past it
-            // (see "Handing on" in the module docs): more due works go to an idle
-            // follower (or wake the poller), and a follower watches the timer while
-            // nobody does.
-            if run_may_hold_up(&shared, &core, &taken, now) {
-                if core.wheel.has_ready() {
+            // Hand on what this worker leaves behind (see "Handing on" in the module
+            // docs): the standby watches it, or an idle follower takes the due works or
+            // the timer at once.
+            let left = shared.watch_for_the_rest(&core);
+            if let Some(at) = left.filter(|_| !core.poller_blocked || core.wheel.has_ready()) {
+                let watched = shared.watch_until(&mut core, at, now);
+                if watched {
+                    // The standby wakes only if this worker is still busy by then.
+                } else if core.wheel.has_ready() {
                     if core.idle_workers > 0 {
                         shared.idle.notify_one();
                     } else if core.poller_blocked {
                         shared.program(&mut core, Some(now), now);
                     }
-                } else if !core.poller_blocked && core.idle_workers > 0 {
+                } else if core.idle_workers > 0 {
                     shared.idle.notify_one();
                 }
             }
@@ -144,6 +128,9 @@ pub(crate) fn main(
             core = shared.lock();
             continue;
         }
+        // Someone blocks on the main timer from here on (this worker, or the poller):
+        // the standby need not watch.
+        Shared::disarm_watch(&mut core);
         if !core.poller_blocked {
             let wake = shared.next_wake_ns(&core, now);
             shared.program(&mut core, wake, now);
@@ -153,6 +140,15 @@ pub(crate) fn main(
             core = shared.lock();
             core.poller_blocked = false;
             core.programmed_ns = None;
+            continue;
+        }
+        if let Some(watch_reader) = watch_reader.as_ref().filter(|_| !core.standby_waiting) {
+            core.standby_waiting = true;
+            drop(core);
+            watch_reader.wait();
+            core = shared.lock();
+            core.standby_waiting = false;
+            Shared::disarm_watch(&mut core);
             continue;
         }
         core.idle_workers += 1;

@@ -274,24 +274,14 @@ impl<T> Wheel<T> {
         self.first_end_in_slots()
     }
 
-    /// Whether any value held ends before `limit` (units): the ready queue's first, then
-    /// the slots that start before `limit` (nothing in a later one ends before it). A
-    /// ready queue ordered by deadline counts as ending at once.
-    pub(crate) fn has_end_before(&self, limit: u64) -> bool {
-        if let Some((key, _, _)) = self.ready.front() {
-            if self.order == ReadyOrder::ByDeadline || *key < limit {
-                return true;
-            }
+    /// The earliest end (units) of any value held, ready ones included (a lower bound for
+    /// those when the queue is ordered by deadline). `None` when it holds nothing.
+    pub(crate) fn first_end(&self) -> Option<u64> {
+        let ready = self.ready.front().map(|(key, _, _)| *key);
+        match (ready, self.first_end_in_slots()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        let limit_tick = limit.div_ceil(self.tick_units);
-        (0..LEVELS).any(|level| {
-            self.geometry
-                .occupied_in_order(level)
-                .take_while(|&(_, start)| start < limit_tick)
-                .any(|(slot, start)| {
-                    start.max(self.slots[level * SLOTS + slot].first_end) < limit_tick
-                })
-        })
     }
 
     /// The earliest end tick over the occupied slots, in units: each level's slots in the
@@ -488,11 +478,10 @@ mod tests {
         timers.insert(("lax", 70), 70, 10_000, 0);
         timers.insert(("tight", 130), 130, 131, 0);
         assert_eq!(timers.next_wake(0), Some(131));
-        assert!(timers.has_end_before(132));
-        assert!(!timers.has_end_before(131), "nothing ends before 131");
+        assert_eq!(timers.first_end(), Some(131));
         timers.insert(("due", 0), 0, 125, 0);
-        assert!(timers.has_end_before(126), "the ready value ends at 125");
-        assert!(!timers.has_end_before(125));
+        assert_eq!(timers.first_end(), Some(125), "the ready value ends first");
+        assert_eq!(timers.next_wake(0), Some(0), "and is due now");
     }
 
     #[test]

@@ -28,6 +28,10 @@
 //! - `leeway`: Works with a leeway never run before their deadline, the scheduler never
 //!   plans a wake past a pending window's end, and the builder step gives an armed work
 //!   its window.
+//! - `leeway_hostile`: Leeways under hostile use: random arms, leeways, cancels and runs
+//!   against a hosted plan, a blocking run waiting for a later work with two workers,
+//!   the manual scheduler's order, wakeup counts, tick-stamped timeouts beside busy
+//!   neighbours.
 //! - `listing`: `Scheduler::works` lists every live work and only those, against
 //!   creation, drop, poison, detach and `once` from other threads, and against every way
 //!   a work's life ends, from inside the listing and beside it.
@@ -75,6 +79,7 @@ mod faults;
 mod flush_scope;
 mod late_thread_locals;
 mod leeway;
+mod leeway_hostile;
 mod listing;
 mod lock_free_arming;
 mod lone_runs;

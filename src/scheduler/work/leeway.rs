@@ -39,10 +39,12 @@
 //! work's entry placed with the window it had before. The wheel can change the end of the
 //! placement it made last while nothing else changed it since
 //! (`Wheel::rewindow_last`), and that is the usual case: the entry keeps its tick and gets
-//! its new end, and the timer is set for the wheel's new earliest end. Otherwise a wider
-//! leeway leaves the entry as it is (it wakes for its old, narrower window once, and the
-//! next arm uses the new one), and a narrower one links a new entry, so the work is never
-//! late for its new window.
+//! its new end, and the timer is set for the wheel's new earliest end. Otherwise, on a
+//! pending work, a wider leeway leaves the entry as it is (it wakes for its old, narrower
+//! window once, and the next arm uses the new one), and a narrower one links a new entry,
+//! so the work is never late for its new window. A work that is not pending but still
+//! has a live entry (cancelled before its entry's tick) loses it: a lock-free arm would
+//! otherwise reuse it with the old window, and the next arm links one with the new.
 
 use std::time::Duration;
 
@@ -120,7 +122,7 @@ impl Shared {
             .set_leeway_code(LeewayCode::encode(nanos(leeway) / DEADLINE_UNIT_NS));
         let past_slack = self.leeway_past_slack(header);
         let state = header.state.load();
-        if past_slack == before || core.shutdown || !state.is_pending() || !state.has_live_entry() {
+        if past_slack == before || core.shutdown || !state.has_live_entry() {
             return;
         }
         let (address, epoch) = (work.address(), state.epoch());
@@ -137,6 +139,15 @@ impl Shared {
         );
         if rewindowed {
             self.follow_next_wake(&mut core, now);
+        } else if !state.is_pending() {
+            // Disarmed (cancelled before its entry's tick): its live entry would serve
+            // the next arm lock-free, with the old window. Dropped, the next arm links one.
+            let dropped = header.state.update(|old| {
+                (old.is_live_entry(epoch) && !old.is_pending()).then(|| old.without_entry())
+            });
+            if dropped.is_some() {
+                self.note_stale(&mut core, 1);
+            }
         } else if past_slack < before {
             self.relink(&mut core, work, now);
         }

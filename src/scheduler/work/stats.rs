@@ -124,15 +124,6 @@ impl StatsCounters {
         }
     }
 
-    /// The longest run so far (ns, as [`Approx`] keeps it: rounded down).
-    #[inline]
-    pub(crate) fn busy_max_ns(&self) -> u64 {
-        Approx::decode(Approx::field(
-            self.maxima_and_placement.load(Ordering::Relaxed),
-            BUSY_SHIFT,
-        ))
-    }
-
     /// The work's leeway, encoded (0: none beyond the scheduler's slack).
     #[inline]
     pub(crate) fn leeway_code(&self) -> u16 {
