@@ -560,9 +560,19 @@ impl Shared {
 
     /// Sets the timer for the next wake the structure asks for now, also when that is
     /// later than the one set (an entry's window grew): for the blocked poller, or a
-    /// hosted scheduler's host. A worker that is not blocked sets it when it next sleeps.
+    /// hosted scheduler's host. A worker that is not blocked sets it when it next sleeps;
+    /// meanwhile a standby's watch (see `standby`) follows an earlier end.
     pub(crate) fn follow_next_wake(&self, core: &mut Core, now_ns: u64) {
-        if core.shutdown || core.sleeper.is_none() || !(self.config.hosted || core.poller_blocked) {
+        if core.shutdown || core.sleeper.is_none() {
+            return;
+        }
+        if !(self.config.hosted || core.poller_blocked) {
+            // A worker is busy: a standby watching for it watches the new window too.
+            if core.watch_ns.is_some() {
+                if let Some(at) = self.watch_for_the_rest(core) {
+                    self.watch_until(core, at, now_ns);
+                }
+            }
             return;
         }
         let wake_ns = self.next_wake_ns(core, now_ns);

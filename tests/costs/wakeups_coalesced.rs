@@ -4,12 +4,22 @@
 //! phase costs a wakeup. Counted by the kernel (`Metrics::worker_wakeups`) over whole
 //! seconds, against the bounds the design sets; no timing is asserted. The benchmark
 //! `cargo bench --bench work -- coalesced` prints the figures.
+//!
+//! The portable worker has no standby (see `src/scheduler/standby.rs`): with two workers
+//! each group of due works also wakes a follower, so its bound there is twice as high.
+//!
+//! Each test holds the byte-counting lock: it allocates megabytes while it counts, which
+//! must not land in another test's count of live bytes.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::counting;
 use nicework::{Next, Scheduler, Work};
+
+/// Whether two workers share a group of due works' one wakeup: there is a standby.
+const STANDBY: bool = cfg!(all(target_os = "linux", not(nicework_portable)));
 
 const WORKS: usize = 1_000;
 const PHASES: usize = 100;
@@ -109,6 +119,7 @@ fn host_wakeups_per_second(leeway: Duration) -> f64 {
 
 #[test]
 fn a_host_sleeping_until_next_deadline_shares_the_wakeups_too() {
+    let _measuring = counting::measuring();
     let wakeups = host_wakeups_per_second(Duration::from_millis(100));
     println!("hosted, leeway 100 ms: {wakeups:.1} host wakeups/s");
     assert!(wakeups <= 11.0, "{wakeups:.1} host wakeups/s");
@@ -116,6 +127,7 @@ fn a_host_sleeping_until_next_deadline_shares_the_wakeups_too() {
 
 #[test]
 fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_workers() {
+    let _measuring = counting::measuring();
     use Rate::*;
     // (workers, leeway, re-arm, at most this many wakeups per second)
     let cases = [
@@ -157,6 +169,11 @@ fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_worke
             "{workers} worker(s), leeway {leeway:?}, {rate:?}: {runs:.0} runs/s, not in \
              {fewest:.0}..={most:.0}"
         );
+        let bound = if workers > 1 && !STANDBY {
+            2.0 * bound
+        } else {
+            bound
+        };
         assert!(
             wakeups <= bound,
             "{workers} worker(s), leeway {leeway:?}, {rate:?}: {wakeups:.1} wakeups/s, at most \
@@ -167,6 +184,7 @@ fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_worke
 
 #[test]
 fn without_a_leeway_each_phase_still_costs_its_own_wakeup() {
+    let _measuring = counting::measuring();
     // The other side of the count above: the works' windows do not overlap, so nothing
     // may be merged (and the test above is not passing for want of phases).
     let (wakeups, runs) = wakeups_per_second(1, None, Rate::FixedDelay);

@@ -710,7 +710,10 @@ fn leeway_from_own_callback_then_yields_and_bad_input() {
         let o = o.leeway(Duration::ZERO);
         let t = t.leeway(Duration::ZERO);
         t.touch();
-        assert!(!w.schedule(Duration::ZERO), "nothing is armed after shutdown");
+        assert!(
+            !w.schedule(Duration::ZERO),
+            "nothing is armed after shutdown"
+        );
         drop((w, o, t));
         drop(slot);
     }
