@@ -523,6 +523,7 @@ impl Shared {
                     core,
                     deadline_ns.saturating_add(2 * self.config.slack_ns),
                     now_ns,
+                    false,
                 )
                 && core.idle_workers > 0
             {
@@ -569,8 +570,8 @@ impl Shared {
         if !(self.config.hosted || core.poller_blocked) {
             // A worker is busy: a standby watching for it watches the new window too.
             if core.watch_ns.is_some() {
-                if let Some(at) = self.watch_for_the_rest(core) {
-                    self.watch_until(core, at, now_ns);
+                if let Some(at) = self.watch_for_the_rest(core, now_ns) {
+                    self.watch_until(core, at, now_ns, false);
                 }
             }
             return;

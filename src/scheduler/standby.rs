@@ -16,8 +16,9 @@
 //! by sleeps on the *watch*, a second timerfd, instead of the idle condition variable. A
 //! worker that takes a run while something else is armed and nobody is blocked on the
 //! main timer sets the watch for the earliest end of what is left plus two slacks (the
-//! latest start the leeway allows, plus the slack's tolerance; see `leeway`), and keeps
-//! it ahead of the works it gets through while it runs them. When the run (or the group
+//! latest start the leeway allows, plus the slack's tolerance; see `leeway`), or for now
+//! plus two slacks when that end passed already (a worker that woke late is busy, not
+//! stuck), and keeps it ahead of the works it gets through while it runs them. When the run (or the group
 //! of runs) ends in time, the worker blocks on the main timer and disarms the watch: a
 //! timerfd that is disarmed wakes no reader, so the standby sleeps on. When it does not,
 //! the watch fires, and the standby takes the due works, or the main timer, over. So a
@@ -45,20 +46,35 @@ impl Shared {
             self.idle.notify_one();
             return true;
         }
-        self.watch_until(core, 0, 0)
+        self.watch_until(core, 0, 0, false)
     }
 
     /// Sets the standby's watch to fire by `at_ns` (scheduler time, `now_ns` now), if a
-    /// standby waits: earlier than it is set, or later when it was about to fire for
-    /// works that the busy worker got through since. Returns whether a standby waits.
-    pub(crate) fn watch_until(&self, core: &mut Core, at_ns: u64, now_ns: u64) -> bool {
+    /// standby waits: earlier than it is set; and, with `postpone`, later when it is about
+    /// to fire (within a slack, not yet passed) for works that the busy worker got
+    /// through since. Only the busy worker postpones, with the watch for all it leaves
+    /// behind (`watch_for_the_rest`): a watch for one new window must never move it past
+    /// the works it was set for. Returns whether a standby waits.
+    pub(crate) fn watch_until(
+        &self,
+        core: &mut Core,
+        at_ns: u64,
+        now_ns: u64,
+        postpone: bool,
+    ) -> bool {
         if !core.standby_waiting {
             return false;
         }
         let slack = self.config.slack_ns;
         let set = match core.watch_ns {
             None => true,
-            Some(set) => at_ns < set || (set <= now_ns.saturating_add(slack) && at_ns > set),
+            Some(set) => {
+                at_ns < set
+                    || (postpone
+                        && now_ns < set
+                        && set <= now_ns.saturating_add(slack)
+                        && at_ns > set)
+            }
         };
         if set {
             if let Some(watch) = core.watch.as_mut() {
@@ -69,9 +85,14 @@ impl Shared {
         true
     }
 
-    /// The watch for what a worker leaves behind as it takes a run: the earliest end of
-    /// what is left, plus two slacks. `None` when nothing is left.
-    pub(crate) fn watch_for_the_rest(&self, core: &Core) -> Option<u64> {
+    /// The watch for what a worker leaves behind as it takes a run at `now_ns`: the
+    /// earliest end of what is left, or now if that passed already, plus two slacks.
+    /// `None` when nothing is left.
+    ///
+    /// Not earlier than now + two slacks: a worker that woke late (its timer's latency,
+    /// a CPU it waited for) is busy, not stuck, and the standby can do nothing for works
+    /// that are overdue already that the busy worker does not do within those slacks.
+    pub(crate) fn watch_for_the_rest(&self, core: &Core, now_ns: u64) -> Option<u64> {
         let wheel = core
             .wheel
             .first_end()
@@ -80,7 +101,7 @@ impl Shared {
             .into_iter()
             .flatten()
             .min()
-            .map(|end| end.saturating_add(2 * self.config.slack_ns))
+            .map(|end| end.max(now_ns).saturating_add(2 * self.config.slack_ns))
     }
 
     /// Disarms the watch: a worker blocks on the main timer, or the standby woke.

@@ -27,9 +27,10 @@
 //! A worker that takes a run leaves behind the rest: due works on the ready queue, and a
 //! timer nobody watches while it runs. Where there is a standby (see `standby`: Linux,
 //! two workers or more) it sets the standby's watch for the earliest end of the rest
-//! plus two slacks, and runs the rest itself when its run ends in time; the standby
-//! wakes only when it does not. So a group of due works costs one wakeup however many
-//! workers there are, and no due work waits for a busy worker past its window. Without
+//! (or now, if that passed) plus two slacks, and runs the rest itself when its run ends
+//! in time; the standby wakes only when it does not. So a group of due works costs one
+//! wakeup however many workers there are, and no due work waits for a busy worker more
+//! than two slacks past its window's end, or past the time the worker took its run. Without
 //! a standby it hands the rest to an idle follower at once (or, for due works, wakes the
 //! blocked poller), as a worker of the portable build does.
 
@@ -102,9 +103,9 @@ pub(crate) fn main(
             // Hand on what this worker leaves behind (see "Handing on" in the module
             // docs): the standby watches it, or an idle follower takes the due works or
             // the timer at once.
-            let left = shared.watch_for_the_rest(&core);
+            let left = shared.watch_for_the_rest(&core, now);
             if let Some(at) = left.filter(|_| !core.poller_blocked || core.wheel.has_ready()) {
-                let watched = shared.watch_until(&mut core, at, now);
+                let watched = shared.watch_until(&mut core, at, now, true);
                 if watched {
                     // The standby wakes only if this worker is still busy by then.
                 } else if core.wheel.has_ready() {

@@ -13,6 +13,8 @@
 //! - `percid_shrink`: `PerCid`'s memory follows the live concurrency after 64 → 4 threads.
 //! - `soak`: live heap bytes stay flat over 200 rounds of 10,000 works and a 16-thread
 //!   `IdSpace`.
+//! - `standby_wakeups`: with two to four workers, a lone work costs one wakeup per run,
+//!   parked works none after churn, and overlapping groups one per group.
 //! - `stale_entry_memory`: timer entries and live heap bytes stay bounded under millions
 //!   of armed, cancelled and dropped works.
 //! - `wakeups_coalesced`: a thousand periodic works at a hundred phases share wakeups by
@@ -39,5 +41,6 @@ mod percid_shapes;
 mod percid_shrink;
 mod soak;
 mod stale_entry_memory;
+mod standby_wakeups;
 mod wakeups_coalesced;
 mod wakeups_per_run;

@@ -117,40 +117,69 @@ fn host_wakeups_per_second(leeway: Duration) -> f64 {
     counted as f64 / seconds
 }
 
-#[test]
-fn a_host_sleeping_until_next_deadline_shares_the_wakeups_too() {
-    let _measuring = counting::measuring();
-    let wakeups = host_wakeups_per_second(Duration::from_millis(100));
-    println!("hosted, leeway 100 ms: {wakeups:.1} host wakeups/s");
-    assert!(wakeups <= 11.0, "{wakeups:.1} host wakeups/s");
+/// What one case counts: a threaded scheduler's workers, or a host.
+#[derive(Debug, Clone, Copy)]
+enum Case {
+    /// Workers, leeway, re-arm, at most this many wakeups per second.
+    Threaded(usize, Option<Duration>, Rate, f64),
+    /// A host with this leeway, at most this many wakeups per second.
+    Hosted(Duration, f64),
 }
 
+/// Every case at once (they sleep most of the time), each on its own scheduler: about
+/// seven seconds in all.
 #[test]
-fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_workers() {
+fn a_thousand_periodic_works_share_wakeups_by_their_leeway() {
     let _measuring = counting::measuring();
     use Rate::*;
-    // (workers, leeway, re-arm, at most this many wakeups per second)
     let cases = [
-        (1, Some(Duration::from_millis(100)), FixedDelay, 11.0),
-        (2, Some(Duration::from_millis(100)), FixedDelay, 11.0),
-        (1, Some(Duration::from_secs(1)), FixedDelay, 2.0),
-        (2, Some(Duration::from_secs(1)), FixedDelay, 2.0),
-        (1, Some(Duration::from_secs(1)), FixedRate, 2.0),
+        Case::Threaded(1, Some(Duration::from_millis(100)), FixedDelay, 11.0),
+        Case::Threaded(2, Some(Duration::from_millis(100)), FixedDelay, 11.0),
+        Case::Threaded(1, Some(Duration::from_secs(1)), FixedDelay, 2.0),
+        Case::Threaded(2, Some(Duration::from_secs(1)), FixedDelay, 2.0),
+        Case::Threaded(1, Some(Duration::from_secs(1)), FixedRate, 2.0),
+        Case::Hosted(Duration::from_millis(100), 11.0),
+        // The other side: without a leeway the windows do not overlap, and each phase
+        // keeps its wakeup (so the cases above do not pass for want of phases).
+        Case::Threaded(1, None, FixedDelay, f64::INFINITY),
     ];
-    let results: Vec<_> = std::thread::scope(|s| {
+    let results: Vec<(f64, f64)> = std::thread::scope(|s| {
         let handles: Vec<_> = cases
             .iter()
-            .map(|&(workers, leeway, rate, _)| {
-                s.spawn(move || wakeups_per_second(workers, leeway, rate))
+            .map(|&case| {
+                s.spawn(move || match case {
+                    Case::Threaded(workers, leeway, rate, _) => {
+                        wakeups_per_second(workers, leeway, rate)
+                    }
+                    Case::Hosted(leeway, _) => (host_wakeups_per_second(leeway), f64::NAN),
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    for (&(workers, leeway, rate, bound), &(wakeups, runs)) in cases.iter().zip(&results) {
+    for (&case, &(wakeups, runs)) in cases.iter().zip(&results) {
+        let Case::Threaded(workers, leeway, rate, bound) = case else {
+            let Case::Hosted(leeway, bound) = case else {
+                unreachable!()
+            };
+            println!("hosted, leeway {leeway:?}: {wakeups:.1} host wakeups/s");
+            assert!(
+                wakeups <= bound,
+                "{wakeups:.1} host wakeups/s, at most {bound}"
+            );
+            continue;
+        };
         println!(
             "{workers} worker(s), leeway {leeway:?}, {rate:?}: {wakeups:.1} wakeups/s, \
              {runs:.0} runs/s"
         );
+        if leeway.is_none() {
+            assert!(
+                wakeups >= PHASES as f64 * 0.9,
+                "{wakeups:.1} wakeups/s for {PHASES} phases without a leeway"
+            );
+            continue;
+        }
         // Every work keeps running: `Again` counts the period from the end of the run, so
         // a work that runs late by its leeway runs every period to period + leeway (plus
         // the time its run takes); a fixed rate runs once a period. A counted window may
@@ -180,17 +209,4 @@ fn a_thousand_periodic_works_share_wakeups_by_their_leeway_with_one_or_two_worke
              {bound}"
         );
     }
-}
-
-#[test]
-fn without_a_leeway_each_phase_still_costs_its_own_wakeup() {
-    let _measuring = counting::measuring();
-    // The other side of the count above: the works' windows do not overlap, so nothing
-    // may be merged (and the test above is not passing for want of phases).
-    let (wakeups, runs) = wakeups_per_second(1, None, Rate::FixedDelay);
-    println!("no leeway: {wakeups:.1} wakeups/s, {runs:.0} runs/s");
-    assert!(
-        wakeups >= PHASES as f64 * 0.9,
-        "{wakeups:.1} wakeups/s for {PHASES} phases"
-    );
 }

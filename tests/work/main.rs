@@ -56,6 +56,8 @@
 //!   takeovers leaves every work inert.
 //! - `sleeping_worker`: The worker's sleep against arms, cancels, re-arms and shutdown
 //!   racing it, on the timerfd and on the portable alarm.
+//! - `standby`: The idle worker that stands by on a timer of its own against arms from
+//!   other threads while one worker blocks, blocked callbacks, shutdown and flush.
 //! - `stale_entries`: Timer entries are removed lazily (a cancelled, re-armed-earlier or
 //!   dropped work's entry stays until its tick), so these tests pin the bound.
 //! - `stats`: `stats()` never shows more parks than runs, and its counts never go back.
@@ -93,6 +95,7 @@ mod scheduler_drop_in_callback;
 mod shutdown;
 mod sleeping_worker;
 mod stale_entries;
+mod standby;
 mod stats;
 mod stress;
 mod threaded;
