@@ -81,34 +81,32 @@ fn works_with_random_periods_and_leeways_never_run_before_their_deadline() {
 }
 
 fn random_works_never_early(workers: usize) {
-    {
-        let sched = Scheduler::builder().workers(workers).build().unwrap();
-        let early = Arc::new(Mutex::new(Vec::new()));
-        let runs = Arc::new(AtomicU64::new(0));
-        let works = random_works(&sched, 200, 0xC0A1_E5CE + workers as u64, &early, &runs);
-        // Later leeways, on works armed long before: wider and narrower.
-        let mut rng = Rng(99);
-        let works: Vec<Work> = works
-            .into_iter()
-            .map(|(work, _, _)| match rng.next() % 3 {
-                0 => work.leeway(Duration::from_micros(rng.next() % 40_000)),
-                _ => work,
-            })
-            .collect();
-        assert!(
-            eventually(|| runs.load(SeqCst) >= 10_000),
-            "{workers} worker(s): only {} runs",
-            runs.load(SeqCst)
-        );
-        drop(works);
-        let early = early.lock().unwrap();
-        assert!(
-            early.is_empty(),
-            "{workers} worker(s): {} runs began before their deadline, by up to {:?}",
-            early.len(),
-            early.iter().max()
-        );
-    }
+    let sched = Scheduler::builder().workers(workers).build().unwrap();
+    let early = Arc::new(Mutex::new(Vec::new()));
+    let runs = Arc::new(AtomicU64::new(0));
+    let works = random_works(&sched, 200, 0xC0A1_E5CE + workers as u64, &early, &runs);
+    // Later leeways, on works armed long before: wider and narrower.
+    let mut rng = Rng(99);
+    let works: Vec<Work> = works
+        .into_iter()
+        .map(|(work, _, _)| match rng.next() % 3 {
+            0 => work.leeway(Duration::from_micros(rng.next() % 40_000)),
+            _ => work,
+        })
+        .collect();
+    assert!(
+        eventually(|| runs.load(SeqCst) >= 10_000),
+        "{workers} worker(s): only {} runs",
+        runs.load(SeqCst)
+    );
+    drop(works);
+    let early = early.lock().unwrap();
+    assert!(
+        early.is_empty(),
+        "{workers} worker(s): {} runs began before their deadline, by up to {:?}",
+        early.len(),
+        early.iter().max()
+    );
 }
 
 /// The earliest window end among the pending works, each window `deadline + leeway`.
@@ -317,31 +315,30 @@ fn a_yield_increment_runs_as_soon_as_others_had_their_turn_whatever_the_leeway()
     let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
     let increments = Arc::new(AtomicU64::new(0));
     let counted = increments.clone();
-    let work = sched
-        .work(move |_| {
-            if counted.fetch_add(1, SeqCst) < 5 {
-                Next::Yield
-            } else {
-                Next::Park
-            }
-        })
-        .leeway(Duration::from_secs(10));
-    work.schedule(Duration::from_millis(1));
+    let work = sched.work(move |_| {
+        if counted.fetch_add(1, SeqCst) < 5 {
+            Next::Yield
+        } else {
+            Next::Park
+        }
+    });
+    work.schedule(Duration::ZERO);
+    assert_eq!(driver.run_due(), 1);
+    // The pending increment, and every one after it, ignore the 10 s leeway.
+    let _work = work.leeway(Duration::from_secs(10));
     let start = Instant::now();
-    while increments.load(SeqCst) < 6 {
+    loop {
         assert!(start.elapsed() < EVENTUALLY, "the increments stalled");
-        let wake = driver.next_deadline().unwrap();
-        if increments.load(SeqCst) > 0 {
-            assert!(
-                wake <= Instant::now(),
-                "a yielded increment is due at once, planned in {:?}",
-                wake - Instant::now()
-            );
-        }
-        if let Some(gap) = wake.checked_duration_since(Instant::now()) {
-            std::thread::sleep(gap);
-        }
         driver.run_due();
+        if increments.load(SeqCst) >= 6 {
+            break;
+        }
+        let wake = driver.next_deadline().unwrap();
+        assert!(
+            wake <= Instant::now(),
+            "a yielded increment is due at once, planned in {:?}",
+            wake - Instant::now()
+        );
     }
 }
 

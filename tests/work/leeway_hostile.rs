@@ -401,7 +401,7 @@ fn threaded_never_early_never_far_past_the_window() {
         works.push((w, cur));
     }
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
+    while start.elapsed() < Duration::from_millis(1500) {
         std::thread::sleep(Duration::from_millis(10));
         // Poke leeways of armed works from outside, narrowing and widening.
         let i = (rng.next() as usize) % works.len();
@@ -507,13 +507,23 @@ fn lone_wakeups(workers: usize, period: Duration, leeway: Duration, runs: u64) -
 
 #[test]
 fn costs_lone_work_with_leeway_one_wakeup_per_run() {
-    for (workers, period, leeway, runs) in [
+    let configs = [
         (1, Duration::from_millis(20), Duration::from_millis(5), 30),
         (2, Duration::from_millis(20), Duration::from_millis(5), 30),
-        (2, Duration::from_millis(20), Duration::from_millis(300), 20),
+        (2, Duration::from_millis(20), Duration::from_millis(300), 8),
         (2, Duration::from_millis(300), Duration::from_millis(100), 4),
-    ] {
-        let (r, w) = lone_wakeups(workers, period, leeway, runs);
+    ];
+    // Each on its own scheduler, all at once: they sleep most of the time.
+    let results: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = configs
+            .iter()
+            .map(|&(workers, period, leeway, runs)| {
+                s.spawn(move || lone_wakeups(workers, period, leeway, runs))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (&(workers, period, leeway, _), &(r, w)) in configs.iter().zip(&results) {
         println!("{workers} workers {period:?} leeway {leeway:?}: {w} wakeups / {r} runs");
         assert!(
             w <= r + r / 2 + 2,
@@ -579,74 +589,81 @@ fn costs_overlapping_pair_shares_and_parked_costs_nothing() {
 /// with and without a leeway on the timeout, 1 and 2 workers.
 #[test]
 fn touch_tick_timeouts_never_early_with_busy_neighbours() {
-    for workers in [1usize, 2] {
-        let sched = Scheduler::builder().workers(workers).build().unwrap();
-        let _noise = sched.every(Duration::from_millis(7), |_| Next::Again);
-        let _noise2 = sched
-            .every(Duration::from_millis(11), |_| Next::Again)
-            .leeway(Duration::from_millis(20));
-        let mut timeouts = Vec::new();
-        for (k, leeway) in [None, Some(Duration::from_millis(200)), Some(Duration::ZERO)]
-            .into_iter()
-            .enumerate()
-        {
-            let idle = Duration::from_millis(1000 + 100 * k as u64);
-            let last_touch: Arc<Mutex<Option<Instant>>> = Arc::default();
-            let fired: Arc<Mutex<Vec<Instant>>> = Arc::default();
-            let (lt, f) = (last_touch.clone(), fired.clone());
-            let w = sched.timeout(idle, move |_| {
-                let now = Instant::now();
-                f.lock().unwrap().push(now);
-                let _ = &lt;
-                Next::Park
-            });
-            let w = match leeway {
-                Some(l) => w.leeway(l),
-                None => w,
-            };
-            timeouts.push((w, idle, leeway, last_touch, fired));
+    // One and two workers at once, each on its own scheduler.
+    std::thread::scope(|s| {
+        for workers in [1usize, 2] {
+            s.spawn(move || touch_tick_timeouts_never_early(workers));
         }
-        let start = Instant::now();
-        // The longest gap between two rounds of touches: the checks below hold only while
-        // the touches come faster than the idle (a stalled machine may stall the toucher).
-        let (mut previous, mut longest_gap) = (start, Duration::ZERO);
-        while start.elapsed() < Duration::from_millis(1500) {
-            for (w, _, _, lt, _) in &timeouts {
-                *lt.lock().unwrap() = Some(Instant::now());
-                w.touch();
-            }
-            longest_gap = longest_gap.max(previous.elapsed());
-            previous = Instant::now();
-            std::thread::sleep(Duration::from_millis(13));
+    });
+}
+
+fn touch_tick_timeouts_never_early(workers: usize) {
+    let sched = Scheduler::builder().workers(workers).build().unwrap();
+    let _noise = sched.every(Duration::from_millis(7), |_| Next::Again);
+    let _noise2 = sched
+        .every(Duration::from_millis(11), |_| Next::Again)
+        .leeway(Duration::from_millis(20));
+    let mut timeouts = Vec::new();
+    for (k, leeway) in [None, Some(Duration::from_millis(200)), Some(Duration::ZERO)]
+        .into_iter()
+        .enumerate()
+    {
+        let idle = Duration::from_millis(1000 + 100 * k as u64);
+        let last_touch: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let fired: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let (lt, f) = (last_touch.clone(), fired.clone());
+        let w = sched.timeout(idle, move |_| {
+            let now = Instant::now();
+            f.lock().unwrap().push(now);
+            let _ = &lt;
+            Next::Park
+        });
+        let w = match leeway {
+            Some(l) => w.leeway(l),
+            None => w,
+        };
+        timeouts.push((w, idle, leeway, last_touch, fired));
+    }
+    let start = Instant::now();
+    // The longest gap between two rounds of touches: the checks below hold only while
+    // the touches come faster than the idle (a stalled machine may stall the toucher).
+    let (mut previous, mut longest_gap) = (start, Duration::ZERO);
+    while start.elapsed() < Duration::from_millis(1500) {
+        for (w, _, _, lt, _) in &timeouts {
+            *lt.lock().unwrap() = Some(Instant::now());
+            w.touch();
         }
-        if longest_gap >= Duration::from_millis(500) {
-            println!("{workers} workers: the toucher stalled for {longest_gap:?}; not judged");
-            continue;
-        }
-        // Wait for each to fire once after the last touch.
-        for (w, idle, leeway, lt, fired) in &timeouts {
-            let last = lt.lock().unwrap().unwrap();
+        longest_gap = longest_gap.max(previous.elapsed());
+        previous = Instant::now();
+        std::thread::sleep(Duration::from_millis(13));
+    }
+    if longest_gap >= Duration::from_millis(500) {
+        println!("{workers} workers: the toucher stalled for {longest_gap:?}; not judged");
+        return;
+    }
+    // Wait for each to fire once after the last touch.
+    for (w, idle, leeway, lt, fired) in &timeouts {
+        let last = lt.lock().unwrap().unwrap();
+        assert!(
+            eventually(|| fired.lock().unwrap().iter().any(|&t| t >= last)),
+            "{workers} workers, idle {idle:?} leeway {leeway:?}: never fired"
+        );
+        for &t in fired.lock().unwrap().iter() {
+            // Every firing must be at least `idle` after the touch before it; the
+            // touches were 13 ms apart, so any firing before `last` is early.
             assert!(
-                eventually(|| fired.lock().unwrap().iter().any(|&t| t >= last)),
-                "{workers} workers, idle {idle:?} leeway {leeway:?}: never fired"
+                t >= last,
+                "{workers} workers, idle {idle:?} leeway {leeway:?}: fired during touches"
             );
-            for &t in fired.lock().unwrap().iter() {
-                // Every firing must be at least `idle` after the touch before it; the
-                // touches were 13 ms apart, so any firing before `last` is early.
-                assert!(
-                    t >= last,
-                    "{workers} workers, idle {idle:?} leeway {leeway:?}: fired during touches"
-                );
-                assert!(
-                    t >= last + *idle,
-                    "{workers} workers, idle {idle:?} leeway {leeway:?}: fired {:?} early",
-                    last + *idle - t
-                );
-                let late = t - (last + *idle);
-                println!("{workers} workers idle {idle:?} leeway {leeway:?}: late {late:?}");
-            }
-            let _ = w;
+            assert!(
+                t >= last + *idle,
+                "{workers} workers, idle {idle:?} leeway {leeway:?}: fired {:?} early",
+                last + *idle - t
+            );
+            let late = t - (last + *idle);
+            println!("{workers} workers idle {idle:?} leeway {leeway:?}: late {late:?}");
         }
+        let _ = w;
     }
 }
 
