@@ -40,39 +40,54 @@ impl Gate {
     }
 }
 
+/// A blocker and its target on `sched`: the blocker, once run, blocks until the target
+/// has run (or `release` opens, or the bound passes), so that its worker stays busy while
+/// the target must be run by another. Returns (blocker, target, target ran, release,
+/// blocker started).
+fn blocker_and_target(
+    sched: &Scheduler,
+    bound: Duration,
+) -> (
+    nicework::Work,
+    nicework::Work,
+    Arc<Gate>,
+    Arc<Gate>,
+    Arc<AtomicBool>,
+) {
+    let (ran, release) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+    let started = Arc::new(AtomicBool::new(false));
+    let blocker = {
+        let (ran, release, started) = (ran.clone(), release.clone(), started.clone());
+        sched.work(move |_| {
+            started.store(true, Ordering::SeqCst);
+            if !ran.wait(bound) {
+                release.wait(bound);
+            }
+            Next::Park
+        })
+    };
+    let target = {
+        let ran = ran.clone();
+        sched.work(move |_| {
+            ran.open();
+            Next::Park
+        })
+    };
+    (blocker, target, ran, release, started)
+}
+
 /// Worker A (the poller) takes L from the main timer with nothing else armed, so the
 /// standby's watch stays disarmed. L blocks until W1 has run. A user thread then arms W1
-/// due now (which fires the watch at once) and, right after, a far `once` (which goes
-/// through `kick` -> `watch_until` with the watch "about to fire" and pushes it far out).
+/// due now (which fires the watch at once) and, right after, a far `once`, whose arm
+/// must not move the watch (or clear its expiry) before the standby has read it.
 #[test]
 fn due_now_then_far_arm_while_one_worker_blocks() {
     let rounds = rounds(20);
     let mut late = 0;
     for round in 0..rounds {
         let sched = Scheduler::builder().workers(2).build().unwrap();
-        let w1_ran = Arc::new(Gate::default());
-        let release = Arc::new(Gate::default());
-        let l_started = Arc::new(AtomicBool::new(false));
-        let l = {
-            let w1_ran = w1_ran.clone();
-            let release = release.clone();
-            let l_started = l_started.clone();
-            sched.work(move |_| {
-                l_started.store(true, Ordering::SeqCst);
-                // Blocks until W1 ran (or the test gives up on this round).
-                if !w1_ran.wait(Duration::from_secs(30)) {
-                    release.wait(Duration::from_secs(30));
-                }
-                Next::Park
-            })
-        };
-        let w1 = {
-            let w1_ran = w1_ran.clone();
-            sched.work(move |_| {
-                w1_ran.open();
-                Next::Park
-            })
-        };
+        let (l, w1, w1_ran, release, l_started) =
+            blocker_and_target(&sched, Duration::from_secs(30));
         // From the main timer: the poller takes it, the standby stays asleep.
         l.schedule(Duration::from_millis(20));
         assert!(eventually(|| l_started.load(Ordering::SeqCst)));
@@ -101,28 +116,7 @@ fn due_now_then_far_arm_while_one_worker_blocks() {
 #[test]
 fn arms_from_other_threads_never_push_the_watch_past_a_due_work() {
     let sched = Scheduler::builder().workers(2).build().unwrap();
-    let w2_ran = Arc::new(Gate::default());
-    let release = Arc::new(Gate::default());
-    let l_started = Arc::new(AtomicBool::new(false));
-    let l = {
-        let w2_ran = w2_ran.clone();
-        let release = release.clone();
-        let l_started = l_started.clone();
-        sched.work(move |_| {
-            l_started.store(true, Ordering::SeqCst);
-            if !w2_ran.wait(Duration::from_secs(40)) {
-                release.wait(Duration::from_secs(40));
-            }
-            Next::Park
-        })
-    };
-    let w2 = {
-        let w2_ran = w2_ran.clone();
-        sched.work(move |_| {
-            w2_ran.open();
-            Next::Park
-        })
-    };
+    let (l, w2, w2_ran, release, l_started) = blocker_and_target(&sched, Duration::from_secs(40));
     w2.schedule(Duration::from_millis(300));
     l.schedule(Duration::from_millis(20));
     assert!(eventually(|| l_started.load(Ordering::SeqCst)));
@@ -495,23 +489,7 @@ fn flush_of_a_running_work_while_the_other_stands_by() {
 #[test]
 fn a_steady_stream_of_short_arms_starves_no_work() {
     let sched = Scheduler::builder().workers(2).build().unwrap();
-    let w2_ran = Arc::new(Gate::default());
-    let l_started = Arc::new(AtomicBool::new(false));
-    let l = {
-        let (w2_ran, l_started) = (w2_ran.clone(), l_started.clone());
-        sched.work(move |_| {
-            l_started.store(true, Ordering::SeqCst);
-            w2_ran.wait(Duration::from_secs(40));
-            Next::Park
-        })
-    };
-    let w2 = {
-        let w2_ran = w2_ran.clone();
-        sched.work(move |_| {
-            w2_ran.open();
-            Next::Park
-        })
-    };
+    let (l, w2, w2_ran, _release, l_started) = blocker_and_target(&sched, Duration::from_secs(40));
     w2.schedule(Duration::from_millis(100));
     l.schedule(Duration::from_millis(10));
     assert!(eventually(|| l_started.load(Ordering::SeqCst)));
