@@ -19,6 +19,8 @@
 //! - [`metrics`]: [`Metrics`], the diagnostics snapshot.
 //! - [`wakeups`]: how the workers' wakeups are counted, from `/proc` or by the workers.
 //! - [`chunked`]: `run_chunked`, parallel cleanup on the caller and the workers.
+//! - [`contention`]: whether the machine is contended, for the back-off and for
+//!   callbacks.
 //! - [`work`]: a work's whole life (its handle, state word, arming, cancelling, runs,
 //!   timeouts, stats).
 //! - [`wait`]: everything that waits for a run (frames, wait cycles, flush, lending).
@@ -31,6 +33,7 @@
 pub(crate) mod backoff;
 pub(crate) mod builder;
 pub(crate) mod chunked;
+pub(crate) mod contention;
 mod driver;
 mod global;
 pub(crate) mod handle;

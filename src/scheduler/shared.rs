@@ -184,6 +184,8 @@ pub(crate) struct Shared {
     pub(crate) wakeups: WorkerWakeups,
     /// A/T: the tick long timeouts' touches read (see `clock::touch_tick`).
     pub(crate) touch_tick: TouchTick,
+    /// A: the machine's contention as callbacks read it (see `contention`).
+    pub(crate) contention: crate::scheduler::contention::ContentionCache,
     /// A (written under the core lock, read by a hosted scheduler's `Driver` without
     /// it): the time the host is told to look at the works next, `NO_HOST_WAKE` for
     /// none. Never later than the earliest end of an armed window rounded up to the slack:
@@ -257,6 +259,7 @@ impl Shared {
             threads: std::sync::Mutex::new(Vec::new()),
             wakeups,
             touch_tick: TouchTick::new(0),
+            contention: Default::default(),
             host_wake_ns: AtomicU64::new(NO_HOST_WAKE),
             registry: std::sync::Mutex::new(ListedSlots::new()),
             #[cfg(all(loom, feature = "loom"))]

@@ -152,6 +152,49 @@ impl Ctx<'_> {
         self.scheduler.shared().leeway_of(&self.work.header)
     }
 
+    /// Whether the machine is contended: more threads runnable than it has CPUs online,
+    /// the signal the workers' back-off reads (see
+    /// [`Builder::back_off`](crate::Builder::back_off)). A long callback that holds
+    /// something the foreground needs (a cache's lock, say) asks between batches, and
+    /// when it is true ends its batch, releases what it holds and returns
+    /// [`Next::Yield`]: a nice-19 worker that keeps the lock while it waits for a CPU
+    /// stalls every thread that needs the lock.
+    ///
+    /// A reading is at most 1 ms old (one clock read, and one read of the load signal per
+    /// millisecond per scheduler), so asking between batches costs little. Linux counts
+    /// the runnable threads machine-wide; other unixes read the one-minute load average,
+    /// which turns on and off up to a minute late; on Windows it is always false.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use nicework::{Next, Scheduler};
+    ///
+    /// let log = Arc::new(Mutex::new((0..10_000u32).collect::<Vec<_>>()));
+    /// let sched = Scheduler::manual();
+    /// let drained = log.clone();
+    /// let _drain = sched.every(Duration::from_millis(300), move |cx| {
+    ///     let mut log = drained.lock().unwrap();
+    ///     while let Some(entry) = log.pop() {
+    ///         std::hint::black_box(entry); // apply it
+    ///         if entry % 256 == 0 && cx.contended() {
+    ///             return Next::Yield; // the lock is released; the rest after the others
+    ///         }
+    ///     }
+    ///     Next::Again
+    /// });
+    /// sched.advance(Duration::from_millis(300));
+    /// while !log.lock().unwrap().is_empty() {
+    ///     sched.advance(Duration::from_millis(1));
+    /// }
+    /// ```
+    pub fn contended(&self) -> bool {
+        let shared = self.scheduler.shared();
+        shared.contention.contended(shared.clock.real_now_ns())
+    }
+
     /// The scheduler running this work.
     pub fn scheduler(&self) -> &Scheduler {
         self.scheduler
