@@ -242,6 +242,10 @@ impl Scheduler {
     /// the workers' wakeups when each says how late it may run:
     /// `sched.every(period, f).leeway(l)` (see [`Work::leeway`]).
     ///
+    /// A callback that takes a lock the foreground threads need holds it at the workers'
+    /// priority (nice 19 by default): see "A callback that holds what the foreground
+    /// needs" on [`Priority`](crate::Priority) for what that costs and the four remedies.
+    ///
     /// # Examples
     ///
     /// ```
@@ -363,6 +367,10 @@ impl Scheduler {
     /// the object through a `Weak` and the work stops once the object is gone. If the
     /// last `Arc` drops during a run, the object, and with it the work, is dropped on the
     /// running thread after the callback returns.
+    ///
+    /// The object's locks are the foreground's too: a callback that holds one does so at
+    /// the workers' priority. See "A callback that holds what the foreground needs" on
+    /// [`Priority`](crate::Priority) for the four remedies.
     ///
     /// # Examples
     ///
