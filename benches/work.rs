@@ -65,6 +65,20 @@ fn touch_timeout() {
         two / one_spawned,
         tokio / one,
     );
+
+    // The quiet-time recipe's touch: a cache's idle (300 ms), with and without a leeway
+    // that lets it read the touch tick instead of the clock.
+    let idle = Duration::from_millis(300);
+    let plain = sched.timeout(idle, |_| Next::Park);
+    let lax = sched
+        .timeout(idle, |_| Next::Park)
+        .leeway(Duration::from_millis(150));
+    let clock = per_op(iters, |_| black_box(&plain).touch());
+    let ticked = per_op(iters, |_| black_box(&lax).touch());
+    println!(
+        "touch() on a 300 ms timeout  {clock:6.2} ns (the clock)   with a 150 ms leeway {ticked:6.2} ns (the touch tick, {:.1}x cheaper)   (target <= 3 ns)",
+        clock / ticked,
+    );
 }
 
 /// Delays an hour out that differ from call to call, spread over a second: a jittered

@@ -62,9 +62,10 @@
 //! session, evict an entry once it has been left alone for `idle`. Activity
 //! **postpones** the run: a timeout work is due at the later of its deadline and its
 //! latest `touch()` + `idle`, and `touch()` on it is lock-free (a few loads and a
-//! compare, and for an idle under 1 s a clock read; it never touches the timer
-//! structure). One precision rule holds for every idle: never early, at most
-//! `idle / 16 + slack` late (see [`Scheduler::timeout`]). Build it with
+//! compare, and for an idle under 1 s without a leeway of 125 ms or more a clock read;
+//! it never touches the timer structure). One precision rule holds for every idle:
+//! never early, at most `idle / 16 + leeway` late, the leeway being the slack unless set
+//! (see [`Scheduler::timeout`]). Build it with
 //! [`Scheduler::timeout`] / [`timeout_for`](Scheduler::timeout_for). Using `every` for a
 //! reaper makes it fire early, since a touch does not move an armed work; re-arming it
 //! with `reschedule(idle)` on every use is correct but costs more per use.

@@ -36,17 +36,19 @@
 //! - A touch: one relaxed load of the tick besides what every timeout touch does (the
 //!   stamp word, the state word); a store only once per tick per work, which also marks
 //!   the tick as used.
-//! - The refresher runs at most every `interval` apart (the shortest idle of the
-//!   scheduler's live tick-stamped works, divided by 16, so a timeout runs at most 1/16
-//!   of its idle late), and from half an interval on at any wakeup that comes anyway, so
-//!   it shares the other works' wakeups where it can, while touches store new stamps, and parks once a refresh finds none since the one
+//! - The refresher runs at most `interval` apart (the shortest interval the scheduler's
+//!   live tick-stamped works ask for: 1/16 of a timeout's idle, or half its leeway when
+//!   that is more; see `scheduler::work::timeout`), and from half an interval on at any
+//!   wakeup that comes anyway, so it shares the other works' wakeups where it can, while
+//!   touches store new stamps, and parks once a refresh finds none since the one
 //!   before: with no timeout touched, it costs no wakeup at all. The first touch after
-//!   that wakes it (that touch takes the core lock, once). When the shortest idle's last
-//!   work ends its life, the interval grows back to the next one's.
+//!   that wakes it (that touch takes the core lock, once). When the shortest interval's
+//!   last work ends its life, the interval grows back to the next one's.
 //!
-//! Only real schedulers (threaded and hosted) stamp with ticks, and only for idles of at
-//! least [`TICK_MIN_IDLE_NS`]; shorter idles and manual schedulers (whose virtual clock
-//! is one load anyway, and whose tests expect exact times) stamp with the full clock.
+//! Only real schedulers (threaded and hosted) stamp with ticks, and only for intervals
+//! of at least [`TICK_MIN_INTERVAL_NS`]; timeouts that need shorter ones and manual
+//! schedulers (whose virtual clock is one load anyway, and whose tests expect exact
+//! times) stamp with the full clock.
 //! Loom models may make a manual scheduler stamp with ticks on its virtual clock
 //! (`hooks::stamp_with_ticks_for_loom`): the tick's atomics and lock are the `sync`
 //! module's, so the models explore touches against refreshes and decisions.
@@ -59,10 +61,11 @@ use std::collections::BTreeMap;
 
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
 
-/// The shortest idle stamped with ticks: its refresher then runs at most 16 times a
-/// second while it is touched. Shorter idles read the full clock, and their reaps are
-/// coalesced to the same 1/16 of the idle (see `scheduler::work::timeout`).
-pub(crate) const TICK_MIN_IDLE_NS: u64 = 1_000_000_000;
+/// The shortest refresh interval a timeout may stamp with ticks for: its refresher then
+/// runs at most 16 times a second while it is touched (1/16 of a 1 s idle). A timeout
+/// whose precision asks for shorter intervals reads the full clock, and its reaps are
+/// coalesced to 1/16 of its idle (see `scheduler::work::timeout`).
+pub(crate) const TICK_MIN_INTERVAL_NS: u64 = 62_500_000;
 
 /// Ticks per history level (see the module docs).
 const RING: u64 = 64;
@@ -70,9 +73,6 @@ const RING: u64 = 64;
 const LEVELS: u32 = 20;
 /// Each level's stride over the one below.
 const STRIDE: u64 = 4;
-
-/// The refresher's rate: a timeout runs at most 1/`IDLE_PARTS` of its idle late.
-pub(crate) const IDLE_PARTS: u64 = 16;
 
 /// A scheduler's touch tick (see the module docs).
 #[derive(Debug)]
@@ -93,10 +93,10 @@ struct TickState {
     /// `(t / STRIDE^l) % RING` of level `l` holds the time of tick `t`, a multiple of
     /// `STRIDE^l`. Empty until a tick-stamped work registers.
     times: Vec<u64>,
-    /// The idles of the live tick-stamped works, with how many of each: the refresh
-    /// interval follows the shortest ([`interval_ns`](Self::interval_ns)), and grows back
-    /// when its last work's life ends.
-    live_idles: BTreeMap<u64, usize>,
+    /// The refresh intervals the live tick-stamped works ask for, with how many of each:
+    /// the refresher follows the shortest ([`interval_ns`](Self::interval_ns)), and slows
+    /// down again when its last work's life ends.
+    live_intervals: BTreeMap<u64, usize>,
     /// When the refresher runs next, `None` while parked.
     next_refresh_ns: Option<u64>,
     /// Tick 1's time, for the history once it is allocated.
@@ -104,11 +104,11 @@ struct TickState {
 }
 
 impl TickState {
-    /// Time between refreshes: the shortest live idle / [`IDLE_PARTS`]; `None` while no
-    /// tick-stamped work lives.
+    /// Time between refreshes: the shortest live interval; `None` while no tick-stamped
+    /// work lives.
     fn interval_ns(&self) -> Option<u64> {
-        let &shortest = self.live_idles.keys().next()?;
-        Some((shortest / IDLE_PARTS).max(1))
+        let &shortest = self.live_intervals.keys().next()?;
+        Some(shortest.max(1))
     }
 
     fn stride(level: u32) -> u64 {
@@ -156,20 +156,22 @@ impl TouchTick {
             parked: AtomicBool::new(true),
             state: Mutex::new(TickState {
                 times: Vec::new(),
-                live_idles: BTreeMap::new(),
+                live_intervals: BTreeMap::new(),
                 next_refresh_ns: None,
                 first_ns: now_ns,
             }),
         }
     }
 
-    /// A timeout work with this idle stamps with ticks: refresh at least as often as it
-    /// needs. Returns the refresher's new time if a refresh scheduled for a longer idle
+    /// A timeout work stamps with ticks and needs a refresh at least every `interval_ns`.
+    /// Returns the refresher's new time if a refresh scheduled for a longer interval
     /// moved earlier, for the caller to wake a worker (or the host) for.
-    pub(crate) fn register_idle(&self, idle_ns: u64, now_ns: u64) -> Option<u64> {
+    pub(crate) fn register_interval(&self, interval_ns: u64, now_ns: u64) -> Option<u64> {
         let mut state = lock(&self.state);
-        *state.live_idles.entry(idle_ns).or_insert(0) += 1;
-        let interval = state.interval_ns().expect("an idle was just registered");
+        *state.live_intervals.entry(interval_ns).or_insert(0) += 1;
+        let interval = state
+            .interval_ns()
+            .expect("an interval was just registered");
         let sooner = now_ns.saturating_add(interval);
         let moved = match state.next_refresh_ns {
             Some(at) if at > sooner => {
@@ -188,17 +190,17 @@ impl TouchTick {
         moved
     }
 
-    /// A tick-stamped work's life ended: the refresher no longer runs for its idle. A
-    /// longer interval takes effect from the next refresh (one more refresh at the
-    /// shorter one is never late).
-    pub(crate) fn unregister_idle(&self, idle_ns: u64) {
+    /// A tick-stamped work's life ended (or it stamps for another interval now): the
+    /// refresher no longer runs for `interval_ns`. A longer interval takes effect from
+    /// the next refresh (one more refresh at the shorter one is never late).
+    pub(crate) fn unregister_interval(&self, interval_ns: u64) {
         let mut state = lock(&self.state);
-        let Some(count) = state.live_idles.get_mut(&idle_ns) else {
+        let Some(count) = state.live_intervals.get_mut(&interval_ns) else {
             return;
         };
         *count -= 1;
         if *count == 0 {
-            state.live_idles.remove(&idle_ns);
+            state.live_intervals.remove(&interval_ns);
         }
     }
 
@@ -349,7 +351,7 @@ mod tests {
         let clock = Cell::new(100);
         let now = || clock.get();
         let tick = TouchTick::new(100);
-        tick.register_idle(16_000, 0);
+        tick.register_interval(1_000, 0);
         assert_eq!(tick.current(), 1);
         clock.set(150);
         // Stamped with the current tick: its bound is published now.
@@ -366,7 +368,7 @@ mod tests {
         let clock = Cell::new(0);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(16_000, 0);
+        tick.register_interval(1_000, 0);
         // Tick t (t >= 2) is published at time 10 t.
         for t in 2..=5_000u64 {
             clock.set(t * 10);
@@ -396,7 +398,7 @@ mod tests {
         let clock = Cell::new(0);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(1_600, 0); // interval 100
+        tick.register_interval(100, 0);
         tick.note_touch();
         assert_eq!(tick.wake(0), Some(100));
         tick.note_touch();
@@ -411,7 +413,7 @@ mod tests {
         let clock = Cell::new(0);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(1_600, 0); // interval 100
+        tick.register_interval(100, 0);
         assert_eq!(tick.next_refresh_ns(), None, "parked until a touch");
         assert!(tick.note_touch(), "parked: the touch must wake it");
         assert_eq!(tick.wake(0), Some(100));
@@ -442,7 +444,7 @@ mod tests {
         let clock = Cell::new(0u64);
         let now = || clock.get();
         let tick = TouchTick::new(0);
-        tick.register_idle(16_000, 0);
+        tick.register_interval(1_000, 0);
         // times[t] = time of tick t (tick 1 at 0); irregular gaps.
         let mut times = vec![0u64, 0];
         let mut x = 0x9E37_79B9_7F4A_7C15u64;

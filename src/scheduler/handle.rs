@@ -279,19 +279,27 @@ impl Scheduler {
     ///
     /// - **Never early:** the callback runs no earlier than the last touch + `idle` (a
     ///   touch that returned before the run began).
-    /// - **Late by at most `idle / 16 + slack`** after that, plus the time the worker
-    ///   waits for a CPU (a nice-19 worker on a busy machine).
+    /// - **Late by at most `idle / 16 + leeway`** after that (the slack, unless the work
+    ///   has a longer [`leeway`](Work::leeway)), plus the time the worker waits for a CPU
+    ///   (a nice-19 worker on a busy machine).
     /// - **Wakeups:** left alone, a timeout wakes a worker only for its reap. While
-    ///   touched, its timer fires at most once per `idle` (to place itself again), and an
-    ///   idle of 1 s or more keeps the scheduler's touch tick moving: one refresh per 1/16
-    ///   of the shortest such idle among its live timeouts, shared by all of them,
-    ///   stopping once touches stop.
+    ///   touched, its timer fires at most once per `idle` (to place itself again), and a
+    ///   timeout whose touches read the scheduler's touch tick keeps it moving: one
+    ///   refresh per `max(idle / 16, leeway / 2)` of the shortest such timeout, shared by
+    ///   all of them, stopping once touches stop.
     ///
-    /// Touches of idles of 1 s or more read no clock (a few loads); shorter idles read
+    /// Touches read no clock (a few loads) where `max(idle / 16, leeway / 2)` is at least
+    /// 62.5 ms: an idle of 1 s or more, or a leeway of 125 ms or more. Other timeouts read
     /// the clock, and their reaps are rounded up to 1/16 of the idle, the same allowance,
-    /// so lateness has no step at 1 s (only the refresher's wakeups start there) and
-    /// reaps due close together share a wakeup. A manual scheduler rounds nothing.
-    /// `cargo bench --bench timeouts` measures the rule from 10 ms to 60 s.
+    /// so lateness has no step where ticks begin and reaps due close together share a
+    /// wakeup. A manual scheduler rounds nothing. `cargo bench --bench timeouts` measures
+    /// the rule from 10 ms to 60 s.
+    ///
+    /// A timeout that every write touches is how maintenance runs *while the object is
+    /// quiet*, never holding a lock the writers want: `sched.timeout(300 ms,
+    /// drain).leeway(150 ms)` drains once writes stop for 300 ms, and each write's touch
+    /// costs a few loads (see "A callback that holds what the foreground needs" on
+    /// [`Priority`](crate::Priority)).
     ///
     /// # Examples
     ///
@@ -403,7 +411,7 @@ impl Scheduler {
     /// An idle timeout for an object, like [`timeout`](Self::timeout): the closure
     /// reaches the object through a `Weak` and the work stops once the object is gone.
     /// Its reaps follow `timeout`'s precision rule: never before the last touch +
-    /// `idle`, at most `idle / 16 + slack` after (plus the worker's wait for a CPU);
+    /// `idle`, at most `idle / 16 + leeway` after (plus the worker's wait for a CPU);
     /// touches wake nothing once they stop.
     ///
     /// # Examples

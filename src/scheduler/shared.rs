@@ -417,7 +417,7 @@ impl Shared {
                     self.note_stale(core, 1);
                 }
                 let deadline = new.deadline();
-                let end = self.window_end(work.header(), new, deadline);
+                let end = self.window_end(work.header(), new, deadline, || work.period_ns());
                 core.wheel.insert(
                     Entry::new(work, epoch),
                     deadline,

@@ -4,6 +4,8 @@
 //! - `bad_input`: Bad input and odd timing.
 //! - `edges`: Edge cases of timeout works on the manual clock.
 //! - `manual`: Idle timeouts (`Scheduler::timeout`, `timeout_for`) on the manual clock.
+//! - `quiet_time`: Maintenance that runs while the object is quiet: a timeout every
+//!   write touches, with a leeway that makes its touches read the touch tick.
 //! - `threaded`: Idle timeouts on real threads and the real clock.
 //! - `touch_tick`: The touch tick that long timeouts' touches read, under attack.
 
@@ -30,5 +32,6 @@ fn recording_timeout(sched: &nicework::Scheduler, idle: Duration) -> (Arc<nicewo
     (Arc::new(work), runs)
 }
 mod manual;
+mod quiet_time;
 mod threaded;
 mod touch_tick;

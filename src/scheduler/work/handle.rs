@@ -318,9 +318,10 @@ impl Work {
     /// On a [timeout](Scheduler::timeout) work, activity *postpones* the run instead: the
     /// work becomes due no earlier than now + its idle duration. On an armed or running
     /// timeout work this takes no lock and never touches the timer structure: it records
-    /// the time (for an idle of 1 s or more the scheduler's touch tick, a few loads and a
-    /// `fetch_max` at most once per tick; for a shorter one a clock read). The reap then
-    /// comes at most `idle / 16 + slack` after the last touch + idle, never before, and touches cost wakeups only while they come (see
+    /// the time (for an idle of 1 s or more, or a leeway of 125 ms or more, the
+    /// scheduler's touch tick, a few loads and a `fetch_max` at most once per tick; else
+    /// a clock read). The reap then comes at most `idle / 16 + leeway` after the last
+    /// touch + idle, never before, and touches cost wakeups only while they come (see
     /// [`Scheduler::timeout`]'s precision rule). A touch during a run is never lost: the
     /// work ends armed for that touch + idle, unless the callback returned `Stop`.
     ///

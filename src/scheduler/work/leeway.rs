@@ -26,6 +26,15 @@
 //! and works with different leeways round to different grids. Measured by
 //! `cargo bench --bench work -- coalesced` (see `benches/README.md`).
 //!
+//! # Timeouts
+//!
+//! A timeout's due time is its last touch + idle, and its precision rule is "at most
+//! `idle / 16 + leeway` late" (see `timeout`). A timeout whose touches read the touch
+//! tick is due up to one tick interval late already, where the interval is
+//! `max(idle / 16, leeway / 2)`; when half the leeway sets it, the window after the due
+//! time keeps the other half (plus the idle's sixteenth), not the whole leeway. So a
+//! leeway also buys a timeout cheap touches: at 125 ms or more its touches read no clock.
+//!
 //! # Storage
 //!
 //! 16 bits beside the parks count (see `stats`), which keeps the header at 72 bytes: an
@@ -48,6 +57,7 @@
 
 use std::time::Duration;
 
+use super::timeout::IDLE_PARTS;
 use super::{Header, WorkRef};
 use crate::clock::nanos;
 use crate::scheduler::shared::Shared;
@@ -93,14 +103,32 @@ impl Shared {
         }
     }
 
-    /// The end (units) of the window of the instance `state` arms, due at `due`.
+    /// The end (units) of the window of the instance `state` arms, due at `due`; `idle_ns`
+    /// reads a timeout work's idle.
     #[inline]
-    pub(crate) fn window_end(&self, header: &Header, state: State, due: u64) -> u64 {
+    pub(crate) fn window_end(
+        &self,
+        header: &Header,
+        state: State,
+        due: u64,
+        idle_ns: impl FnOnce() -> u64,
+    ) -> u64 {
         if state.is_yield_increment() {
-            due
-        } else {
-            due.saturating_add(self.leeway_past_slack(header))
+            return due;
         }
+        let past_slack = self.leeway_past_slack(header);
+        if past_slack == 0 || !state.is_timeout() || !Self::stamp_is_a_tick(header) {
+            return due.saturating_add(past_slack);
+        }
+        // A tick-stamped timeout is due up to its tick interval late already: where half
+        // its leeway sets that interval, the window keeps the other half (see "Timeouts").
+        let leeway_ns = nanos(self.leeway_of(header));
+        let idle_part = idle_ns() / IDLE_PARTS;
+        if leeway_ns / 2 <= idle_part {
+            return due.saturating_add(past_slack);
+        }
+        let window_ns = (idle_part + leeway_ns / 2).saturating_sub(self.slack_ns());
+        due.saturating_add(window_ns / DEADLINE_UNIT_NS)
     }
 
     /// The work's leeway: its own, or the scheduler's slack where that is more.
@@ -110,18 +138,24 @@ impl Shared {
     }
 
     /// Gives `work` its leeway; an armed work's entry gets the new window (see "Setting
-    /// it on an armed work").
+    /// it on an armed work"), and a timeout work the touch stamps its precision allows
+    /// (see "Timeouts").
     pub(crate) fn set_leeway(&self, work: &WorkRef, leeway: Duration) {
         let Some(mut core) = self.lock_unless_forked() else {
             return;
         };
         let header = work.header();
         let before = self.leeway_past_slack(header);
+        let leeway_before_ns = nanos(self.leeway_of(header));
         header
             .stats
             .set_leeway_code(LeewayCode::encode(nanos(leeway) / DEADLINE_UNIT_NS));
         let past_slack = self.leeway_past_slack(header);
         let state = header.state.load();
+        if state.is_timeout() && !core.shutdown && past_slack != before {
+            let now = self.now_ns();
+            self.retick_timeout(&mut core, work, leeway_before_ns, now);
+        }
         if past_slack == before || core.shutdown || !state.has_live_entry() {
             return;
         }
@@ -129,13 +163,7 @@ impl Shared {
         let now = self.now_ns();
         let rewindowed = core.wheel.rewindow_last(
             |entry| entry.address() == address && entry.epoch() == epoch,
-            |deadline| {
-                if state.is_yield_increment() {
-                    deadline
-                } else {
-                    deadline.saturating_add(past_slack)
-                }
-            },
+            |deadline| self.window_end(header, state, deadline, || work.period_ns()),
         );
         if rewindowed {
             self.follow_next_wake(&mut core, now);

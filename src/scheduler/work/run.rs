@@ -109,7 +109,7 @@ impl Shared {
                 stamp = load_ordered_after_seqcst_writes(&header.period_or_touch);
                 due = due.max(self.touch_due(stamp, entry.work().period_ns()));
             }
-            let end = self.window_end(header, state, due);
+            let end = self.window_end(header, state, due, || entry.work().period_ns());
             if due > now {
                 if header.stats.placement() == Placement::encode(due, state.epoch()) {
                     return Class::Wait(due, end, None);

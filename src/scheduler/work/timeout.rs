@@ -38,24 +38,35 @@
 //! # Precision: one rule for every idle
 //!
 //! - **Never early:** the callback runs no earlier than the last touch + idle.
-//! - **Late by at most `idle / 16 + slack`** after that, plus the time the worker waits
-//!   for a CPU (a nice-19 worker on a busy machine).
+//! - **Late by at most `idle / 16 + leeway`** after that (the leeway is the slack unless
+//!   the work has a longer one, see `leeway`), plus the time the worker waits for a CPU
+//!   (a nice-19 worker on a busy machine).
 //! - **Wakeups:** left alone, a timeout wakes a worker only for its reap. While touched,
-//!   its timer fires at most once per idle (to place itself again), and idles of 1 s or
-//!   more keep the touch tick moving: one refresh per 1/16 of the shortest such idle
-//!   among the scheduler's live timeouts, shared by all of them.
+//!   its timer fires at most once per idle (to place itself again), and a timeout that
+//!   stamps with the touch tick keeps it moving: one refresh per tick interval (the
+//!   shortest any live timeout asks for), shared by all of them.
 //!
-//! On a real scheduler, touches of a work whose idle is at least 1 s are stamped with the
-//! scheduler's touch tick (see `clock::touch_tick`): no clock is read, and a stamp counts
-//! as the time the tick after it was published, so a timeout may run up to one refresh
-//! interval late (1/16 of the shortest such live idle) and never early. Shorter idles
-//! read the full clock, and their reaps are rounded up to a multiple of 1/16 of their
-//! idle: the same allowance, so lateness has no step at 1 s (only the refresher's
-//! wakeups start there), and reaps due close together share a wakeup. A manual
-//! scheduler reads its virtual clock and rounds nothing, so tests see exact times.
+//! A timeout needs a refresh of the touch tick every `max(idle / 16, leeway / 2)`; where
+//! that is at least 62.5 ms (an idle of 1 s or more, or a leeway of 125 ms or more) on a
+//! real scheduler, its touches are stamped with the tick (see `clock::touch_tick`): no
+//! clock is read, and a stamp counts as the time the tick after it was published, so
+//! the reap may be up to one interval late and never early. When half the leeway sets
+//! the interval, the window after the reap keeps the other half (see `leeway`), so the
+//! lateness stays within `idle / 16 + leeway`. Other timeouts read the full clock, and
+//! their reaps are rounded up to a multiple of 1/16 of their idle: the same allowance,
+//! so lateness has no step where ticks begin (only the refresher's wakeups start
+//! there), and reaps due close together share a wakeup. A manual scheduler reads its
+//! virtual clock and rounds nothing, so tests see exact times.
+//!
+//! So a cache whose maintenance must not hold its lock while writers want it runs that
+//! maintenance as a timeout every write touches, with the leeway the maintenance can
+//! afford: `sched.timeout(Duration::from_millis(300), drain).leeway(Duration::from_millis(150))`
+//! runs the drain once writes stop for 300 ms, at most about 170 ms later, and each
+//! write's touch reads no clock.
 
-use super::WorkRef;
-use crate::clock::touch_tick::{IDLE_PARTS, TICK_MIN_IDLE_NS};
+use super::{Header, WorkRef};
+use crate::clock::nanos as nanos_of;
+use crate::clock::touch_tick::TICK_MIN_INTERVAL_NS;
 use crate::scheduler::shared::{Core, Shared};
 use crate::scheduler::work::state::units_ceil;
 use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
@@ -63,6 +74,9 @@ use crate::sync::{Ordering, load_ordered_after_seqcst_writes};
 /// A timeout work's touch stamp (the time of its latest touch + 1, or 0 if never
 /// touched): the high bit says it is recorded with the full clock.
 pub(super) const PRECISE_TOUCH: u64 = 1 << 63;
+
+/// A timeout may run up to this part of its idle late (besides its leeway).
+pub(crate) const IDLE_PARTS: u64 = 16;
 
 // === `impl Shared`, this file's part: a timeout work's lock-free touch and when a touched
 // work is due. ===
@@ -137,7 +151,13 @@ impl Shared {
 
     /// Whether this timeout work's touches are stamped with the touch tick.
     pub(crate) fn stamps_with_ticks(&self, work: &WorkRef) -> bool {
-        work.header().period_or_touch.load(Ordering::Relaxed) & PRECISE_TOUCH == 0
+        Self::stamp_is_a_tick(work.header())
+    }
+
+    /// Whether a timeout work's header holds a tick stamp.
+    #[inline]
+    pub(crate) fn stamp_is_a_tick(header: &Header) -> bool {
+        header.period_or_touch.load(Ordering::Relaxed) & PRECISE_TOUCH == 0
     }
 
     /// A timeout work stamped `stamp` is taken to run without a decision that read its
@@ -197,38 +217,111 @@ fn due_after_touch(
 /// The scheduler's side of the tick: which timeouts stamp with it, and waking a worker
 /// (or the host) for the refresher.
 impl Shared {
-    /// Whether a timeout work with this idle duration stamps its touches with the touch
-    /// tick (a real scheduler and a long idle, see `clock::touch_tick`), registering it so; else
-    /// it stamps with the full clock.
+    /// The refresh interval a timeout with this idle and leeway (ns) needs from the touch
+    /// tick: 1/16 of its idle, or half its leeway when that is more (the other half is
+    /// its window; see `window_end`).
+    pub(crate) fn tick_interval(idle_ns: u64, leeway_ns: u64) -> u64 {
+        (idle_ns / IDLE_PARTS).max(leeway_ns / 2)
+    }
+
+    /// Whether a timeout that needs `interval_ns` stamps with the touch tick: on a real
+    /// scheduler (not in a forked child, where the tick's lock may be held by a thread
+    /// that is gone), for an interval of at least [`TICK_MIN_INTERVAL_NS`].
+    fn ticks_for(&self, interval_ns: u64) -> bool {
+        (!self.clock.is_manual() || self.manual_ticks())
+            && interval_ns >= TICK_MIN_INTERVAL_NS
+            && !self.is_forked_copy()
+    }
+
+    /// Whether a new timeout work with this idle duration (and no leeway of its own yet)
+    /// stamps its touches with the touch tick, registering it so; else it stamps with
+    /// the full clock.
     pub(super) fn tick_touch(&self, idle_ns: u64) -> bool {
-        // Not in a forked child: the tick's lock may be held by a thread that is gone.
-        let ticks = (!self.clock.is_manual() || self.manual_ticks())
-            && idle_ns >= TICK_MIN_IDLE_NS
-            && !self.is_forked_copy();
-        if ticks {
-            let now = self.now_ns();
-            if let Some(at) = self.touch_tick.register_idle(idle_ns, now) {
-                // A refresh scheduled for a longer idle moved earlier: make sure someone
-                // wakes for it.
-                if let Some(mut core) = self.lock_unless_forked() {
-                    if !core.shutdown {
-                        self.kick(&mut core, at, now);
-                    }
+        let interval = Self::tick_interval(idle_ns, self.slack_ns());
+        if !self.ticks_for(interval) {
+            return false;
+        }
+        let now = self.now_ns();
+        if let Some(at) = self.touch_tick.register_interval(interval, now) {
+            // A refresh scheduled for a longer interval moved earlier: make sure someone
+            // wakes for it.
+            if let Some(mut core) = self.lock_unless_forked() {
+                if !core.shutdown {
+                    self.kick(&mut core, at, now);
                 }
             }
         }
-        ticks
+        true
+    }
+
+    /// A timeout work got a new leeway (`leeway_before_ns` was the one it stamped for):
+    /// it stamps with the tick for the interval its idle and new leeway need, or with the
+    /// full clock where that is too short, and its stamp is converted. Under the core lock,
+    /// from `Work::leeway`, which owns the handle: no touch of this work runs meanwhile,
+    /// and a converted stamp is never earlier than the touch it records.
+    pub(crate) fn retick_timeout(
+        &self,
+        core: &mut Core,
+        work: &WorkRef,
+        leeway_before_ns: u64,
+        now_ns: u64,
+    ) {
+        if self.is_forked_copy() {
+            return;
+        }
+        let idle = work.period_ns();
+        let ticked = self.stamps_with_ticks(work);
+        let before = Self::tick_interval(idle, leeway_before_ns);
+        let after = Self::tick_interval(idle, nanos_of(self.leeway_of(work.header())));
+        let ticks = self.ticks_for(after);
+        if ticked && (!ticks || after != before) {
+            self.touch_tick.unregister_interval(before);
+        }
+        if ticks && (!ticked || after != before) {
+            if let Some(at) = self.touch_tick.register_interval(after, now_ns) {
+                self.kick(core, at, now_ns);
+            }
+        }
+        if ticks == ticked {
+            return;
+        }
+        let stamp_word = &work.header().period_or_touch;
+        let stamp = stamp_word.load(Ordering::Acquire);
+        let converted = if ticks {
+            // A tick stamp counts as the time the tick after it is published: the
+            // current tick's successor, published now, comes after the touch recorded,
+            // and no later (the refresher, parked or not, need not run for it).
+            match stamp & !PRECISE_TOUCH {
+                0 => 0,
+                _ => {
+                    let tick = self.touch_tick.current();
+                    self.touch_tick.move_past(tick, || self.now_ns());
+                    tick
+                }
+            }
+        } else {
+            match stamp {
+                0 => PRECISE_TOUCH,
+                tick => {
+                    let bound = self.touch_tick.upper_time_ns(tick, || self.now_ns());
+                    (bound.min(PRECISE_TOUCH - 2) + 1) | PRECISE_TOUCH
+                }
+            }
+        };
+        stamp_word.store(converted, Ordering::SeqCst);
     }
 
     /// A timeout work's life ends: if it stamped with ticks, the refresher no longer runs
-    /// for its idle (see `clock::touch_tick`).
+    /// for it (see `clock::touch_tick`).
     pub(crate) fn forget_tick_idle(&self, work: &WorkRef) {
         // Not in a forked child: the tick's lock may be held by a thread that is gone.
         if work.header().state.load().is_timeout()
             && self.stamps_with_ticks(work)
             && !self.is_forked_copy()
         {
-            self.touch_tick.unregister_idle(work.period_ns());
+            let leeway = nanos_of(self.leeway_of(work.header()));
+            self.touch_tick
+                .unregister_interval(Self::tick_interval(work.period_ns(), leeway));
         }
     }
 
