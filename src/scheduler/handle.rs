@@ -289,7 +289,8 @@ impl Scheduler {
     ///   all of them, stopping once touches stop.
     ///
     /// Touches read no clock (a few loads) where `max(idle / 16, leeway / 2)` is at least
-    /// 62.5 ms: an idle of 1 s or more, or a leeway of 125 ms or more. Other timeouts read
+    /// 62.5 ms: an idle of 1 s or more, or a leeway of 125 ms or more given before the
+    /// first touch (`sched.timeout(idle, f).leeway(l)`). Other timeouts read
     /// the clock, and their reaps are rounded up to 1/16 of the idle, the same allowance,
     /// so lateness has no step where ticks begin and reaps due close together share a
     /// wakeup. A manual scheduler rounds nothing. `cargo bench --bench timeouts` measures

@@ -3,6 +3,8 @@
 //! One test binary, a module per behaviour.
 //! - `bad_input`: Bad input and odd timing.
 //! - `edges`: Edge cases of timeout works on the manual clock.
+//! - `leeway_changes`: A timeout's leeway changed after creation, against runs, touches
+//!   and the touch tick's registry.
 //! - `manual`: Idle timeouts (`Scheduler::timeout`, `timeout_for`) on the manual clock.
 //! - `quiet_time`: Maintenance that runs while the object is quiet: a timeout every
 //!   write touches, with a leeway that makes its touches read the touch tick.
@@ -31,6 +33,7 @@ fn recording_timeout(sched: &nicework::Scheduler, idle: Duration) -> (Arc<nicewo
     });
     (Arc::new(work), runs)
 }
+mod leeway_changes;
 mod manual;
 mod quiet_time;
 mod threaded;

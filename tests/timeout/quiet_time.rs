@@ -92,10 +92,9 @@ fn with_a_leeway_the_touches_keep_the_tick_moving_only_while_they_come() {
 }
 
 /// A hosted plan after the last touch, for a leeway given before the touches (ticks from
-/// the start), after them (the stamp converted from the clock to a tick), and narrowed
-/// back (from a tick to the clock).
+/// the start), after them (the touched work keeps its clock stamp), and narrowed back.
 #[test]
-fn a_leeway_given_after_touches_converts_the_stamp_and_the_reap_is_never_early() {
+fn a_leeway_given_before_or_after_touches_keeps_the_reap_within_the_rule() {
     for order in ["before", "after", "narrowed back"] {
         let (sched, driver) = Scheduler::builder().build_hosted().unwrap();
         let ran = Arc::new(AtomicU64::new(0));

@@ -33,7 +33,10 @@
 //! tick is due up to one tick interval late already, where the interval is
 //! `max(idle / 16, leeway / 2)`; when half the leeway sets it, the window after the due
 //! time keeps the other half (plus the idle's sixteenth), not the whole leeway. So a
-//! leeway also buys a timeout cheap touches: at 125 ms or more its touches read no clock.
+//! leeway also buys a timeout cheap touches: at 125 ms or more its touches read no clock,
+//! when it gets the leeway before its first touch (`sched.timeout(idle, f).leeway(l)`);
+//! a timeout already touched keeps reading the clock, which is exact (see
+//! `Shared::retick_timeout` for every case).
 //!
 //! # Storage
 //!

@@ -254,11 +254,19 @@ impl Shared {
         true
     }
 
-    /// A timeout work got a new leeway (`leeway_before_ns` was the one it stamped for):
-    /// it stamps with the tick for the interval its idle and new leeway need, or with the
-    /// full clock where that is too short, and its stamp is converted. Under the core lock,
-    /// from `Work::leeway`, which owns the handle: no touch of this work runs meanwhile,
-    /// and a converted stamp is never earlier than the touch it records.
+    /// A timeout work got a new leeway (`leeway_before_ns` was the one it stamped for).
+    /// Under the core lock, from `Work::leeway`, which owns the handle, so no touch of
+    /// this work runs meanwhile; but a run may, whose completion compares the stamp with
+    /// the one it was taken with, in the same form. So:
+    ///
+    /// - A work stamping with the clock moves to the tick only while it was never touched
+    ///   and is not running (the usual `sched.timeout(idle, f).leeway(l)`): a converted
+    ///   touch would count from the conversion, later than the touch. Otherwise it keeps
+    ///   the clock, which is exact.
+    /// - A work stamping with the tick keeps it, for the interval the new leeway needs,
+    ///   while it runs, and else moves to the clock where that interval is too short: its
+    ///   stamp becomes the tick's bound, which is up to one old interval late, so until
+    ///   its next touch the reap may be that much later than the new leeway allows.
     pub(crate) fn retick_timeout(
         &self,
         core: &mut Core,
@@ -270,10 +278,17 @@ impl Shared {
             return;
         }
         let idle = work.period_ns();
-        let ticked = self.stamps_with_ticks(work);
+        let stamp_word = &work.header().period_or_touch;
+        let stamp = stamp_word.load(Ordering::Acquire);
+        let running = work.header().state.load().is_running();
+        let ticked = stamp & PRECISE_TOUCH == 0;
         let before = Self::tick_interval(idle, leeway_before_ns);
         let after = Self::tick_interval(idle, nanos_of(self.leeway_of(work.header())));
-        let ticks = self.ticks_for(after);
+        let ticks = if ticked {
+            running || self.ticks_for(after)
+        } else {
+            self.ticks_for(after) && stamp & !PRECISE_TOUCH == 0 && !running
+        };
         if ticked && (!ticks || after != before) {
             self.touch_tick.unregister_interval(before);
         }
@@ -285,20 +300,8 @@ impl Shared {
         if ticks == ticked {
             return;
         }
-        let stamp_word = &work.header().period_or_touch;
-        let stamp = stamp_word.load(Ordering::Acquire);
         let converted = if ticks {
-            // A tick stamp counts as the time the tick after it is published: the
-            // current tick's successor, published now, comes after the touch recorded,
-            // and no later (the refresher, parked or not, need not run for it).
-            match stamp & !PRECISE_TOUCH {
-                0 => 0,
-                _ => {
-                    let tick = self.touch_tick.current();
-                    self.touch_tick.move_past(tick, || self.now_ns());
-                    tick
-                }
-            }
+            0 // never touched
         } else {
             match stamp {
                 0 => PRECISE_TOUCH,
