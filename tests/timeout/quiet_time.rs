@@ -68,22 +68,22 @@ fn with_a_leeway_the_touches_keep_the_tick_moving_only_while_they_come() {
     common::settle_wakeups(&sched);
     let before = sched.metrics().worker_wakeups;
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(1) {
+    while start.elapsed() < Duration::from_millis(600) {
         drain.touch();
         std::thread::sleep(Duration::from_micros(200));
     }
     let touched = sched.metrics().worker_wakeups - before;
     // One refresh per 75 ms (half the leeway), and the timer's re-placement once per idle.
-    println!("{touched} worker wakeups in 1 s of touches");
-    assert!(touched <= 20, "{touched} wakeups in 1 s of touches");
+    println!("{touched} worker wakeups in 600 ms of touches");
+    assert!(touched <= 12, "{touched} wakeups in 600 ms of touches");
     assert!(
-        touched >= 5,
+        touched >= 3,
         "the tick did not move while touched: {touched} wakeups"
     );
     // Left alone: the reap, a refresh that finds no touch, then nothing.
     std::thread::sleep(IDLE * 2);
     let quiet = sched.metrics().worker_wakeups;
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_millis(500));
     let after = sched.metrics().worker_wakeups - quiet;
     assert!(
         after <= 1,

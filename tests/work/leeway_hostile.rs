@@ -401,7 +401,7 @@ fn threaded_never_early_never_far_past_the_window() {
         works.push((w, cur));
     }
     let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(1500) {
+    while start.elapsed() < Duration::from_millis(1000) {
         std::thread::sleep(Duration::from_millis(10));
         // Poke leeways of armed works from outside, narrowing and widening.
         let i = (rng.next() as usize) % works.len();

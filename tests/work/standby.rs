@@ -82,7 +82,7 @@ fn blocker_and_target(
 /// must not move the watch (or clear its expiry) before the standby has read it.
 #[test]
 fn due_now_then_far_arm_while_one_worker_blocks() {
-    let rounds = rounds(20);
+    let rounds = rounds(10);
     let mut late = 0;
     for round in 0..rounds {
         let sched = Scheduler::builder().workers(2).build().unwrap();
