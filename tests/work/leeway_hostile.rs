@@ -510,8 +510,8 @@ fn costs_lone_work_with_leeway_one_wakeup_per_run() {
     let configs = [
         (1, Duration::from_millis(20), Duration::from_millis(5), 30),
         (2, Duration::from_millis(20), Duration::from_millis(5), 30),
-        (2, Duration::from_millis(20), Duration::from_millis(300), 8),
-        (2, Duration::from_millis(300), Duration::from_millis(100), 4),
+        (2, Duration::from_millis(20), Duration::from_millis(300), 4),
+        (2, Duration::from_millis(300), Duration::from_millis(100), 3),
     ];
     // Each on its own scheduler, all at once: they sleep most of the time.
     let results: Vec<(u64, u64)> = std::thread::scope(|s| {
@@ -628,7 +628,7 @@ fn touch_tick_timeouts_never_early(workers: usize) {
     // The longest gap between two rounds of touches: the checks below hold only while
     // the touches come faster than the idle (a stalled machine may stall the toucher).
     let (mut previous, mut longest_gap) = (start, Duration::ZERO);
-    while start.elapsed() < Duration::from_millis(1500) {
+    while start.elapsed() < Duration::from_millis(1200) {
         for (w, _, _, lt, _) in &timeouts {
             *lt.lock().unwrap() = Some(Instant::now());
             w.touch();

@@ -276,7 +276,7 @@ fn two_callbacks_block_on_each_others_works() {
 /// a watch armed for a busy worker, and from inside a callback while the other stands by.
 #[test]
 fn shutdown_with_the_standby_in_every_state() {
-    for round in 0..rounds(60) {
+    for round in 0..rounds(30) {
         let workers = 2 + round % 3;
         let sched = Scheduler::builder().workers(workers).build().unwrap();
         let case = round % 4;
@@ -410,7 +410,7 @@ fn never_early_under_churn() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(1500));
+        std::thread::sleep(Duration::from_millis(600));
         stop.store(true, Ordering::SeqCst);
         for t in threads {
             t.join().unwrap();
