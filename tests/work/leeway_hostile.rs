@@ -537,51 +537,58 @@ fn costs_lone_work_with_leeway_one_wakeup_per_run() {
 /// each group with 2). All parked: no wakeups.
 #[test]
 fn costs_overlapping_pair_shares_and_parked_costs_nothing() {
-    for workers in [1, 2] {
-        let sched = Scheduler::builder().workers(workers).build().unwrap();
-        let a = sched
-            .every(Duration::from_millis(20), |_| Next::Again)
-            .leeway(Duration::from_millis(10));
-        std::thread::sleep(Duration::from_millis(3));
-        let b = sched
-            .every(Duration::from_millis(20), |_| Next::Again)
-            .leeway(Duration::from_millis(10));
-        while a.stats().runs < 3 || b.stats().runs < 3 {
-            std::thread::sleep(Duration::from_millis(5));
+    // One and two workers at once, each on its own scheduler.
+    std::thread::scope(|s| {
+        for workers in [1usize, 2] {
+            s.spawn(move || overlapping_pair_costs(workers));
         }
-        let (ra, rb, w0) = (
-            a.stats().runs,
-            b.stats().runs,
-            sched.metrics().worker_wakeups,
-        );
-        while a.stats().runs < ra + 30 {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let runs = a.stats().runs - ra + b.stats().runs - rb;
-        let wakeups = sched.metrics().worker_wakeups - w0;
-        println!("{workers} workers: {wakeups} wakeups for {runs} runs of the pair");
-        let standby = cfg!(all(target_os = "linux", not(nicework_portable)));
-        let groups = if workers > 1 && !standby {
-            runs
-        } else {
-            runs / 2
-        };
-        assert!(
-            wakeups <= groups + runs / 4 + 2,
-            "{workers} workers: {wakeups} wakeups for {runs} runs"
-        );
-        // Park both.
-        a.cancel_sync();
-        b.cancel_sync();
-        std::thread::sleep(Duration::from_millis(50));
-        let w1 = sched.metrics().worker_wakeups;
-        std::thread::sleep(Duration::from_millis(500));
-        let parked = sched.metrics().worker_wakeups - w1;
-        assert!(
-            parked <= 1,
-            "{workers} workers: {parked} wakeups with all parked"
-        );
+    });
+}
+
+fn overlapping_pair_costs(workers: usize) {
+    let sched = Scheduler::builder().workers(workers).build().unwrap();
+    let a = sched
+        .every(Duration::from_millis(20), |_| Next::Again)
+        .leeway(Duration::from_millis(10));
+    std::thread::sleep(Duration::from_millis(3));
+    let b = sched
+        .every(Duration::from_millis(20), |_| Next::Again)
+        .leeway(Duration::from_millis(10));
+    while a.stats().runs < 3 || b.stats().runs < 3 {
+        std::thread::sleep(Duration::from_millis(5));
     }
+    let (ra, rb, w0) = (
+        a.stats().runs,
+        b.stats().runs,
+        sched.metrics().worker_wakeups,
+    );
+    while a.stats().runs < ra + 30 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let runs = a.stats().runs - ra + b.stats().runs - rb;
+    let wakeups = sched.metrics().worker_wakeups - w0;
+    println!("{workers} workers: {wakeups} wakeups for {runs} runs of the pair");
+    let standby = cfg!(all(target_os = "linux", not(nicework_portable)));
+    let groups = if workers > 1 && !standby {
+        runs
+    } else {
+        runs / 2
+    };
+    assert!(
+        wakeups <= groups + runs / 4 + 2,
+        "{workers} workers: {wakeups} wakeups for {runs} runs"
+    );
+    // Park both.
+    a.cancel_sync();
+    b.cancel_sync();
+    std::thread::sleep(Duration::from_millis(50));
+    let w1 = sched.metrics().worker_wakeups;
+    std::thread::sleep(Duration::from_millis(500));
+    let parked = sched.metrics().worker_wakeups - w1;
+    assert!(
+        parked <= 1,
+        "{workers} workers: {parked} wakeups with all parked"
+    );
 }
 
 /// Tick-stamped timeouts (idle >= 1 s) never fire before last touch + idle, with other
