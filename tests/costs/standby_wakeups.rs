@@ -100,7 +100,7 @@ fn parked_after_churn_costs_nothing() {
         t.cancel();
         std::thread::sleep(Duration::from_millis(300));
         let w0 = sched.metrics().worker_wakeups;
-        std::thread::sleep(Duration::from_millis(1000));
+        std::thread::sleep(Duration::from_millis(500));
         sched.metrics().worker_wakeups - w0
     };
     // Each on its own scheduler, all at once: they sleep most of the time.

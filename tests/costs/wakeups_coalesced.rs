@@ -24,8 +24,8 @@ const STANDBY: bool = cfg!(all(target_os = "linux", not(nicework_portable)));
 const WORKS: usize = 1_000;
 const PHASES: usize = 100;
 const PERIOD: Duration = Duration::from_secs(1);
-/// Whole periods counted, after one period to settle.
-const COUNTED_PERIODS: u32 = 4;
+/// Whole periods counted, after half a period to settle.
+const COUNTED_PERIODS: u32 = 3;
 
 /// How the works re-arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,7 @@ fn wakeups_per_second(workers: usize, leeway: Option<Duration>, rate: Rate) -> (
             std::thread::sleep(PERIOD / PHASES as u32);
         }
     }
-    std::thread::sleep(PERIOD);
+    std::thread::sleep(PERIOD / 2);
     let (wakeups, ran, start) = (
         sched.metrics().worker_wakeups,
         runs.load(Ordering::Relaxed),
@@ -105,7 +105,7 @@ fn host_wakeups_per_second(leeway: Duration) -> f64 {
         }
         std::thread::sleep(PERIOD / PHASES as u32);
     }
-    std::thread::sleep(PERIOD);
+    std::thread::sleep(PERIOD / 2);
     let (before, start) = (wakeups.load(Ordering::Relaxed), Instant::now());
     std::thread::sleep(PERIOD * COUNTED_PERIODS);
     let counted = wakeups.load(Ordering::Relaxed) - before;
