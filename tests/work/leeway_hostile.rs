@@ -591,9 +591,9 @@ fn overlapping_pair_costs(workers: usize) {
     );
 }
 
-/// Tick-stamped timeouts (idle >= 1 s) never fire before last touch + idle, with other
-/// works waking the workers often (so the touch tick's early refresh window is used),
-/// with and without a leeway on the timeout, 1 and 2 workers.
+/// Tick-stamped timeouts (a 1 s idle, and 300 ms ones whose leeway asks for ticks) never
+/// fire before last touch + idle, with other works waking the workers often (so the
+/// touch tick's early refresh window is used), 1 and 2 workers.
 #[test]
 fn touch_tick_timeouts_never_early_with_busy_neighbours() {
     // One and two workers at once, each on its own scheduler.
@@ -611,11 +611,14 @@ fn touch_tick_timeouts_never_early(workers: usize) {
         .every(Duration::from_millis(11), |_| Next::Again)
         .leeway(Duration::from_millis(20));
     let mut timeouts = Vec::new();
-    for (k, leeway) in [None, Some(Duration::from_millis(200)), Some(Duration::ZERO)]
-        .into_iter()
-        .enumerate()
-    {
-        let idle = Duration::from_millis(1000 + 100 * k as u64);
+    // Each stamps with the tick: a 1 s idle, or a 300 ms one whose leeway of 200 ms asks
+    // for a refresh every 100 ms.
+    for (idle_ms, leeway) in [
+        (1_000, None),
+        (300, Some(Duration::from_millis(200))),
+        (320, Some(Duration::from_millis(260))),
+    ] {
+        let idle = Duration::from_millis(idle_ms);
         let last_touch: Arc<Mutex<Option<Instant>>> = Arc::default();
         let fired: Arc<Mutex<Vec<Instant>>> = Arc::default();
         let (lt, f) = (last_touch.clone(), fired.clone());
@@ -635,7 +638,7 @@ fn touch_tick_timeouts_never_early(workers: usize) {
     // The longest gap between two rounds of touches: the checks below hold only while
     // the touches come faster than the idle (a stalled machine may stall the toucher).
     let (mut previous, mut longest_gap) = (start, Duration::ZERO);
-    while start.elapsed() < Duration::from_millis(1200) {
+    while start.elapsed() < Duration::from_millis(1100) {
         for (w, _, _, lt, _) in &timeouts {
             *lt.lock().unwrap() = Some(Instant::now());
             w.touch();
