@@ -271,7 +271,7 @@ fn conversion_tick_to_clock_after_a_refresh_keeps_the_lateness_bound() {
 #[test]
 fn never_early_across_repeated_conversions_hosted() {
     let idle = Duration::from_millis(300);
-    for round in 0..3u32 {
+    for round in 0..2u32 {
         let (_sched, driver, mut work, at) = hosted_recording(idle);
         let mut last_touch = Instant::now();
         for step in 0..12u32 {

@@ -153,7 +153,7 @@ fn arms_from_other_threads_never_push_the_watch_past_a_due_work() {
 fn k_minus_one_blocked_callbacks_leave_one_worker() {
     for workers in [2usize, 3, 4] {
         for variant in 0..4 {
-            for _ in 0..rounds(3) {
+            for _ in 0..rounds(2) {
                 let sched = Scheduler::builder().workers(workers).build().unwrap();
                 let probe_ran = Arc::new(Gate::default());
                 let started = Arc::new(AtomicUsize::new(0));
