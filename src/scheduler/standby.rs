@@ -18,12 +18,12 @@
 //! main timer sets the watch for the earliest end of what is left plus two slacks (the
 //! latest start the leeway allows, plus the slack's tolerance; see `leeway`), or for now
 //! plus two slacks when that end passed already (a worker that woke late is busy, not
-//! stuck), and keeps it ahead of the works it gets through while it runs them. When the run (or the group
-//! of runs) ends in time, the worker blocks on the main timer and disarms the watch: a
-//! timerfd that is disarmed wakes no reader, so the standby sleeps on. When it does not,
-//! the watch fires, and the standby takes the due works, or the main timer, over. So a
-//! group of due works costs one wakeup however many workers there are, and a due work
-//! never waits for a busy worker past its window.
+//! stuck), and keeps it ahead of the works it gets through while it runs them. When the
+//! run (or the group of runs) ends in time, the worker blocks on the main timer and
+//! disarms the watch: a timerfd that is disarmed wakes no reader, so the standby sleeps
+//! on. When it does not, the watch fires, and the standby takes the due works, or the
+//! main timer, over. So a group of due works costs one wakeup however many workers there
+//! are, and a due work never waits for a busy worker past its window.
 //!
 //! A work due now (a zero delay, a `Yield`) from another thread fires the watch at once,
 //! as it notifies a follower on the condition variable.
