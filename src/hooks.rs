@@ -45,3 +45,9 @@ pub fn next_tick_refresh(sched: &crate::Scheduler) -> Option<std::time::Instant>
         .next_refresh_ns()
         .map(|ns| shared.instant_at(ns))
 }
+
+/// The storages and slots the trims of `ids` visited since it was made: a count of a
+/// scan's work, for tests that it follows the change and not the number of `PerCid`s.
+pub fn trim_visits(ids: &crate::IdSpace) -> (u64, u64) {
+    ids.inner().trim_visits()
+}

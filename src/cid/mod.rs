@@ -73,9 +73,11 @@ mod ids;
 mod owner;
 mod percid;
 mod pin;
+mod reach;
 mod reader;
 mod record;
 mod registry;
+mod retention;
 mod slots;
 mod space;
 

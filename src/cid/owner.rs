@@ -144,7 +144,7 @@ impl<T: Send + 'static> PerCid<T> {
             let value = unsafe { &mut *value };
             let value = match value {
                 Some(value) => value,
-                None => self.first_value(value),
+                None => self.first_value(value, slot, borrow.id()),
             };
             f(value)
         });
@@ -152,12 +152,31 @@ impl<T: Send + 'static> PerCid<T> {
         result
     }
 
+    /// Makes the first value of `slot`, the slot of `id`, which the caller pins and
+    /// borrows, `empty` being its value.
     #[cold]
     #[inline(never)]
-    fn first_value<'v>(&self, empty: &'v mut Option<T>) -> &'v mut T {
-        let value = empty.insert((self.storage.init)());
-        self.storage.live.fetch_add(1, Ordering::Relaxed);
-        value
+    pub(super) fn first_value<'v>(
+        &self,
+        empty: &'v mut Option<T>,
+        slot: &Slot<T>,
+        id: usize,
+    ) -> &'v mut T {
+        let value = (self.storage.init)();
+        self.will_fill(slot, id);
+        empty.insert(value)
+    }
+
+    /// `slot`, the slot of `id`, which the caller pins and borrows, is about to get a
+    /// value: the trims must visit this storage once `id` is above the high water
+    /// (`reach.rs`), and `live()` must count it.
+    #[inline(always)]
+    pub(super) fn will_fill(&self, slot: &Slot<T>, id: usize) {
+        let reachable = &self.storage.reachable;
+        if id >= reachable.reach.load(Ordering::Relaxed) {
+            self.space.raise_reach(reachable, id);
+        }
+        slot.filled.store(1, Ordering::Relaxed);
     }
 }
 
@@ -186,6 +205,12 @@ fn light<const ASYMMETRIC: bool>() {
 }
 
 impl<'a, T: Send + 'static, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
+    /// The id of the borrowed slot.
+    #[inline(always)]
+    pub(super) fn id(&self) -> usize {
+        self.cid.get()
+    }
+
     /// Borrows `slot` (B and the barrier). The caller checks L next.
     ///
     /// # Safety

@@ -35,14 +35,16 @@
 //!   queue is empty. No trim waits for another's callbacks, and none finds the callback
 //!   missing while another runs it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use super::handle::IdSpace;
 use super::owner::Borrow;
+use super::reach::Reachable;
 use super::reader::{Gate, thread_tag};
 use super::registry;
 use super::slots::Buckets;
-use super::space::{SpaceInner, Trim};
+use super::space::{Leftover, SpaceInner, Trim};
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
@@ -82,10 +84,12 @@ pub(super) struct Storage<T> {
     pub(super) init: Init<T>,
     /// R: the reclaim callback and its queue.
     reclaimer: Mutex<Reclaimer<T>>,
-    /// A: values not yet reclaimed (in a slot, queued, or in an `on_reclaim` call): owners
-    /// add when they create one; a reclaim subtracts after the callback and the drop, with
+    /// A: values a trim took that are queued or in an `on_reclaim` call: a trim adds
+    /// under the space lock; a reclaim subtracts after the callback and the drop, with
     /// release, so a reader of `live()` sees what the callback did.
-    pub(super) live: AtomicUsize,
+    reclaiming: AtomicUsize,
+    /// S (the space lock): the storage's entry in the space's index (`reach.rs`).
+    pub(super) reachable: Reachable,
 }
 
 // SAFETY: a slot's value is reached by the thread whose pinned id it is, by a reader
@@ -97,41 +101,54 @@ unsafe impl<T: Send> Sync for Storage<T> {}
 unsafe impl<T: Send> Send for Storage<T> {}
 
 impl<T: Send + 'static> Trim for Storage<T> {
-    fn trim(&self, space: &SpaceInner) {
+    fn trim(&self, space: &SpaceInner) -> Leftover {
         let me = thread_tag();
         if lock(&self.reclaimer).drainer == me {
             // Inside this thread's own `on_reclaim` calls (a callback whose `with` made a
             // late id at a thread exit, whose release trims again): taking the value that
             // `with` just made would hand it to the callback again, for ever. A later trim
             // takes it.
-            return;
+            return Leftover::Deferred;
         }
-        self.detach(space);
+        let leftover = self.detach(space);
         // Also when a reader holds the gate: values readers detached wait in the queue.
         self.drain(me);
+        leftover
+    }
+
+    fn reachable(&self) -> &Reachable {
+        &self.reachable
     }
 }
 
 impl<T> Storage<T> {
-    /// Moves the values of the slots at or above the high water into the queue and frees
+    /// Moves the values of the slots at or above the storage's threshold (the high water,
+    /// or what its retention keeps: `SpaceInner::trim_locked`) into the queue and frees
     /// the arrays wholly above it; does nothing if a reader holds the gate (the trim is
     /// left to it).
-    fn detach(&self, space: &SpaceInner) {
-        let arrays = {
+    fn detach(&self, space: &SpaceInner) -> Leftover {
+        let (arrays, leftover) = {
             let Some(_hold) = self.gate.enter_trim() else {
-                return;
+                return Leftover::Deferred;
             };
-            let detached = space.at_high_water(|high_water| {
-                // SAFETY: `at_high_water` holds the space lock, and `_hold` the gate.
-                unsafe { self.buckets.detach_above(high_water) }
+            let (detached, leftover) = space.trim_locked(&self.reachable, |bounds| {
+                // SAFETY: `trim_locked` holds the space lock, and `_hold` the gate.
+                let (detached, highest_kept) = unsafe { self.buckets.detach_above(bounds) };
+                // Counted under the space lock, with the slots' `filled` cleared, so
+                // `live()` counts each value once.
+                self.reclaiming
+                    .fetch_add(detached.values.len(), Ordering::Relaxed);
+                (detached, highest_kept)
             });
+            space.count_trim_slots(detached.looked_at);
             // Queued before the gate is let go, so the next reader finds them there: a
             // value is never out of both the slots and the queue, except in a callback.
             lock(&self.reclaimer).queue.extend(detached.values);
-            detached.arrays
+            (detached.arrays, leftover)
         };
         // The arrays hold no values any more; freeing them runs no user code.
         drop(arrays);
+        leftover
     }
 
     /// A reader's visit of the values queued for the callback: they are neither in a slot
@@ -220,7 +237,7 @@ impl<T> Storage<T> {
             contain("dropping a reclaimed PerCid slot panicked", move || {
                 drop(value)
             });
-            self.live.fetch_sub(1, Ordering::Release);
+            self.reclaiming.fetch_sub(1, Ordering::Release);
             reclaimer = lock(&self.reclaimer);
         }
     }
@@ -289,6 +306,14 @@ pub struct PerCid<T: Send + 'static> {
     pub(super) storage: Arc<Storage<T>>,
 }
 
+// A panic inside `with`, a `SlotGuard`'s life or a callback leaves nicework's own state
+// whole: pins, borrows, the gate and the reclaim queue are restored by drops that run
+// during the unwind, and every lock it takes ignores poisoning. What a panic can leave
+// half-done is the user's value, as `f` left it, which is the caller's to judge through
+// `T`: so `PerCid<T>` is as unwind-safe as `T`.
+impl<T: Send + 'static + std::panic::UnwindSafe> std::panic::UnwindSafe for PerCid<T> {}
+impl<T: Send + 'static + std::panic::RefUnwindSafe> std::panic::RefUnwindSafe for PerCid<T> {}
+
 impl<T: Send + 'static> PerCid<T> {
     /// Creates the storage; `init` makes a slot's value the first time its id is used.
     /// (For a space made before a `fork()`, in the child, slots are never trimmed; see
@@ -305,8 +330,9 @@ impl<T: Send + 'static> PerCid<T> {
     /// assert_eq!(buffers.with(|buffer| buffer.capacity()), 4096);
     /// ```
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
-        let storage = Arc::new(Storage {
-            serial: next_storage_serial(),
+        let serial = next_storage_serial();
+        let storage = Arc::new_cyclic(|me: &Weak<Storage<T>>| Storage {
+            serial,
             buckets: Buckets::new(),
             gate: Gate::new(),
             init: Box::new(init),
@@ -316,10 +342,9 @@ impl<T: Send + 'static> PerCid<T> {
                 visited: Vec::new(),
                 drainer: 0,
             }),
-            live: AtomicUsize::new(0),
+            reclaiming: AtomicUsize::new(0),
+            reachable: Reachable::new(serial, me.clone() as Weak<dyn Trim>),
         });
-        let trim: Arc<dyn Trim> = storage.clone();
-        ids.inner().register_trim(Arc::downgrade(&trim));
         PerCid {
             space: ids.inner().clone(),
             storage,
@@ -537,11 +562,66 @@ impl<T: Send + 'static> PerCid<T> {
         drop(replaced);
     }
 
+    /// Keeps slots above the high water for `retention` before trimming them: a value
+    /// expensive to rebuild (a search cache, a connection) survives a short idle of its
+    /// thread. A builder step: `PerCid::new(&ids, init).retention(d)`.
+    ///
+    /// A slot is trimmed only once it has stayed at or above the space's high water for
+    /// all of the last `retention`, judged at each scan (so up to a scan period later);
+    /// then it goes to [`on_reclaim`](Self::on_reclaim) exactly once, as without a
+    /// retention. A thread that comes back within the retention and gets its old id (the
+    /// lowest free one, so usually) finds its value; one that gets another id finds that
+    /// slot's. The default, zero, trims at the first scan that finds a slot above the
+    /// high water, and the space's promises about memory hold as stated; with a retention
+    /// they hold once it has passed. The slots of a space whose ids are all released are
+    /// trimmed when their retention passes, by one more run of its compaction work.
+    ///
+    /// It applies from the next high-water drop: slots already above the high water when
+    /// it is set may be trimmed at the next scan. Set it when the `PerCid` is made. Any
+    /// duration is accepted: `Duration::MAX` keeps slots until the `PerCid` is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nicework::{IdSpace, PerCid, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let caches: PerCid<Vec<u8>> =
+    ///     PerCid::new(&ids, || Vec::with_capacity(4096)).retention(Duration::from_secs(1));
+    /// caches.with(|cache| cache.push(1));
+    /// ```
+    #[must_use = "the builder step returns the PerCid"]
+    pub fn retention(self, retention: Duration) -> Self {
+        let nanos = u64::try_from(retention.as_nanos()).unwrap_or(u64::MAX);
+        self.space.set_retention(&self.storage.reachable, nanos);
+        self
+    }
+
     /// Values not yet reclaimed: in a slot, or taken by a trim and not yet through
-    /// `on_reclaim` and dropped. Once it has dropped to what the live threads hold,
-    /// everything the callback did for the others is visible to the caller.
+    /// `on_reclaim` and dropped. A value [`take`](Self::take)n out is the caller's, not
+    /// counted until it is [`put`](Self::put) back. Once it has dropped to what the live
+    /// threads hold, everything the callback did for the others is visible to the caller.
+    ///
+    /// It counts under the space's lock, in time proportional to the slots (twice the
+    /// highest id in use at most): a figure for reports and tests, not for a hot path.
     pub fn live(&self) -> usize {
-        self.storage.live.load(Ordering::Acquire)
+        // Under the space lock: a trim moves values from the slots to the queue under it,
+        // so each is counted once, and no array is unlinked during the count.
+        self.space.with_arrays_steady(|| {
+            // SAFETY: `with_arrays_steady` keeps every linked array linked.
+            let filled = unsafe { self.storage.buckets.count_filled() };
+            filled + self.storage.reclaiming.load(Ordering::Acquire)
+        })
+    }
+}
+
+impl<T: Send + 'static> Drop for PerCid<T> {
+    /// The storage leaves the space's index; its values are dropped with the storage
+    /// (now, or after a trim that holds it ends).
+    fn drop(&mut self) {
+        self.space.forget_storage(&self.storage.reachable);
     }
 }
 
@@ -575,7 +655,7 @@ impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
         if waiting {
             // The compaction work's next run passes them on (without a scheduler, the next
             // thread exit's trim or the `PerCid`'s drop does).
-            space.request_trim();
+            space.request_drain(&storage.reachable);
         }
     }
 }

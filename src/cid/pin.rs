@@ -341,7 +341,7 @@ impl SpaceInner {
         }
         let mut state = lock(&self.state);
         state.ids.release(id);
-        self.publish(&state);
+        self.publish(&mut state);
     }
 
     /// A guard for a thread whose locals are being torn down and that holds no record for
@@ -362,7 +362,7 @@ impl SpaceInner {
         }
         let mut state = lock(&self.state);
         let id = state.ids.take_lowest();
-        self.publish(&state);
+        self.publish(&mut state);
         (None, id)
     }
 }

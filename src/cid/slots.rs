@@ -50,6 +50,7 @@
 
 use std::ptr::{self, NonNull};
 
+use super::space::Thresholds;
 use crate::sync::{AtomicPtr, AtomicU32, Ordering, UnsafeCell};
 
 /// A thread's cached slots in up to two storages (see "The owner's slot cache" above), so
@@ -167,6 +168,10 @@ pub(super) struct Slot<T> {
     /// The reader's claim on the slot (`IDLE`, `FLAGGED`, `VISITING`); only a reader
     /// holding the gate writes it.
     pub(super) reading: AtomicU32,
+    /// 1 while `value` holds a value, for [`PerCid::live`](crate::PerCid::live), which
+    /// cannot read `value` beside its owner. Written by whoever changes `value`'s
+    /// variant: the owner (a first value, `take`, `put`) or a trim.
+    pub(super) filled: AtomicU32,
 }
 
 impl<T> Slot<T> {
@@ -175,6 +180,7 @@ impl<T> Slot<T> {
             value: UnsafeCell::new(None),
             borrowed: AtomicU32::new(0),
             reading: AtomicU32::new(0),
+            filled: AtomicU32::new(0),
         }
     }
 }
@@ -245,6 +251,8 @@ impl<T> Linked<T> {
 pub(super) struct Detached<T> {
     pub(super) values: Vec<T>,
     pub(super) arrays: Vec<Array<T>>,
+    /// Slots looked at, for the count of a scan's work.
+    pub(super) looked_at: usize,
 }
 
 /// The bucket arrays.
@@ -318,18 +326,26 @@ impl<T> Buckets<T> {
         Linked { arrays }
     }
 
-    /// Takes the values of every slot at or above `high_water` and unlinks every array
-    /// wholly at or above it.
+    /// Takes the values of every slot at or above `bounds.threshold` and unlinks every
+    /// array wholly at or above it. Also returns the highest id at or above
+    /// `bounds.high_water` (and below the threshold) whose slot keeps its value, and the
+    /// number of slots it looked at.
     ///
     /// # Safety
     ///
-    /// The caller holds the space lock (no id at or above `high_water` is owned, and none
-    /// can be taken meanwhile) and the gate (no reader is inside the arrays).
-    pub(super) unsafe fn detach_above(&self, high_water: usize) -> Detached<T> {
+    /// The caller holds the space lock (no id at or above `bounds.high_water` is owned,
+    /// and none can be taken meanwhile) and the gate (no reader is inside the arrays).
+    pub(super) unsafe fn detach_above(&self, bounds: Thresholds) -> (Detached<T>, Option<usize>) {
+        let Thresholds {
+            high_water,
+            threshold,
+        } = bounds;
         let mut detached = Detached {
             values: Vec::new(),
             arrays: Vec::new(),
+            looked_at: 0,
         };
+        let mut highest_kept = None;
         for bucket in 0..BUCKETS {
             let base = self.buckets[bucket].load(Ordering::Acquire);
             let Some(base) = NonNull::new(base) else {
@@ -340,15 +356,25 @@ impl<T> Buckets<T> {
             if first + len <= high_water {
                 continue;
             }
-            let whole = first >= high_water;
+            let whole = first >= threshold;
             if whole {
                 self.buckets[bucket].store(ptr::null_mut(), Ordering::Relaxed);
             }
             let array = Array { base, len };
-            for slot in array.slots_from(high_water.saturating_sub(first)) {
+            let from = high_water.saturating_sub(first);
+            for (id, slot) in (first + from..).zip(array.slots_from(from)) {
+                detached.looked_at += 1;
+                if id < threshold {
+                    // Kept for the retention. Nobody owns the id: nothing writes `filled`.
+                    if slot.filled.load(Ordering::Relaxed) != 0 {
+                        highest_kept = Some(id);
+                    }
+                    continue;
+                }
                 // SAFETY: the slot's id is at or above the high water: nobody owns it and
                 // no reader is inside (the caller's contract), so this is the only access.
                 if let Some(value) = slot.value.with_mut(|value| unsafe { (*value).take() }) {
+                    slot.filled.store(0, Ordering::Relaxed);
                     detached.values.push(value);
                 }
             }
@@ -359,7 +385,29 @@ impl<T> Buckets<T> {
                 std::mem::forget(array);
             }
         }
-        detached
+        (detached, highest_kept)
+    }
+
+    /// The slots that hold a value.
+    ///
+    /// # Safety
+    ///
+    /// No array can be unlinked during the call (`SpaceInner::with_arrays_steady`).
+    pub(super) unsafe fn count_filled(&self) -> usize {
+        let mut filled = 0;
+        for bucket in 0..BUCKETS {
+            let base = self.buckets[bucket].load(Ordering::Acquire);
+            let Some(base) = NonNull::new(base) else {
+                continue;
+            };
+            for index in 0..1usize << bucket {
+                // SAFETY: a linked array of `2^bucket` slots, kept linked (the caller's
+                // contract).
+                let slot = unsafe { &*base.as_ptr().add(index) };
+                filled += slot.filled.load(Ordering::Relaxed) as usize;
+            }
+        }
+        filled
     }
 }
 

@@ -7,23 +7,54 @@ use std::time::Duration;
 
 use super::barrier;
 use super::ids::IdSet;
+use super::reach::{FORGOTTEN, ReachIndex, Reachable};
 use super::record::{MOVE, NO_ID, ThreadRec};
+use super::retention::HighWaterHistory;
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 use crate::{Next, Scheduler, Work};
 
 /// A per-id storage that the scan trims above the high water (implemented by `PerCid`).
 pub(crate) trait Trim: Send + Sync {
-    /// Takes the values of slots at or above the high water out (reading it under the
-    /// space lock with [`SpaceInner::at_high_water`]), hands them to the reclaim
-    /// callback and frees what it can. Called without the space lock.
-    fn trim(&self, space: &SpaceInner);
+    /// Takes the values of slots at or above its threshold out (with
+    /// [`SpaceInner::trim_locked`]), hands them to the reclaim callback and frees what it
+    /// can. Called without the space lock.
+    fn trim(&self, space: &SpaceInner) -> Leftover;
+
+    /// The storage's entry in the space's index.
+    fn reachable(&self) -> &Reachable;
+}
+
+/// What a trim of one storage left for a later scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leftover {
+    /// Nothing above the high water.
+    Nothing,
+    /// Values above the high water kept for the storage's retention, the first of which
+    /// may be taken at this time (the scheduler's clock, in nanoseconds).
+    RetainedUntil(u64),
+    /// A reader held the storage's gate: the trim is left to it, and the values it
+    /// detaches wait in the queue for the compaction work's next run.
+    Deferred,
 }
 
 pub(crate) struct SpaceState {
     pub(super) ids: IdSet,
     pub(super) threads: Vec<Arc<ThreadRec>>,
-    trims: Vec<Weak<dyn Trim>>,
+    /// The storages whose slots may hold values, by reach (`reach.rs`).
+    reach: ReachIndex,
+    /// The high water's recent drops, for storages with a retention (`retention.rs`).
+    history: HighWaterHistory,
+    /// Storages whose queue a reader filled, whatever their reach (`request_drain`).
+    drains: Vec<Weak<dyn Trim>>,
+}
+
+/// The two bounds of a trim, under the space lock: ids at or above `high_water` are owned
+/// by nobody, and a trim takes the values at or above `threshold` (no lower).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Thresholds {
+    pub(crate) high_water: usize,
+    pub(crate) threshold: usize,
 }
 
 /// One id space. Tags (the legend is in `sync`): `I:` set at build, read-only after; `S:`
@@ -48,6 +79,11 @@ pub(crate) struct SpaceInner {
     /// A (forked child only): ids handed out there, counted from the high water at the fork. A std
     /// atomic: it is never part of a loom model.
     child_ids: std::sync::atomic::AtomicUsize,
+    /// A (stats): storages the trims visited, for tests that count a scan's work. A std
+    /// atomic: it is not part of any modelled protocol.
+    trim_visits: std::sync::atomic::AtomicU64,
+    /// A (stats): slots the trims looked at. As `trim_visits`.
+    trim_slots: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for SpaceInner {
@@ -89,7 +125,9 @@ impl SpaceInner {
                 state: Mutex::new(SpaceState {
                     ids: IdSet::default(),
                     threads: Vec::new(),
-                    trims: Vec::new(),
+                    reach: ReachIndex::default(),
+                    history: HighWaterHistory::default(),
+                    drains: Vec::new(),
                 }),
                 held: AtomicUsize::new(0),
                 high_water: AtomicUsize::new(0),
@@ -97,6 +135,8 @@ impl SpaceInner {
                 work,
                 fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
+                trim_visits: std::sync::atomic::AtomicU64::new(0),
+                trim_slots: std::sync::atomic::AtomicU64::new(0),
             }
         })
     }
@@ -130,7 +170,7 @@ impl SpaceInner {
     /// frees one id and takes one, so `held` stays). Until the next shrink, every
     /// unmarked `cid` is below `held`: `acquire` keeps an id only below it and takes the
     /// lowest free one (below the new count), and `held` does not shrink unmarked.
-    pub(super) fn publish(&self, state: &SpaceState) {
+    pub(super) fn publish(&self, state: &mut SpaceState) {
         let held = state.ids.owned();
         // Written only under the lock, so this reads the last value published.
         if held < self.held.load(Ordering::Relaxed) {
@@ -143,8 +183,18 @@ impl SpaceInner {
             }
         }
         self.held.store(held, Ordering::Relaxed);
-        self.high_water
-            .store(state.ids.high_water(), Ordering::Relaxed);
+        let high_water = state.ids.high_water();
+        // Written only under the lock, so this reads the last value published.
+        let before = self.high_water.load(Ordering::Relaxed);
+        if high_water < before {
+            state.history.record_drop(self.now_ns(), before);
+        }
+        self.high_water.store(high_water, Ordering::Relaxed);
+    }
+
+    /// The space's clock: its scheduler's, in nanoseconds.
+    fn now_ns(&self) -> u64 {
+        self.work.shared().now_ns()
     }
 
     pub(crate) fn add_thread(&self, record: Arc<ThreadRec>) {
@@ -172,7 +222,7 @@ impl SpaceInner {
         }
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
         self.threads.store(state.threads.len(), Ordering::Relaxed);
-        self.publish(&state);
+        self.publish(&mut state);
         shrink(&mut state.threads);
         drop(state);
         // Something changed: let the compaction work trim storage above the high water.
@@ -183,42 +233,153 @@ impl SpaceInner {
         }
     }
 
-    /// Runs every live storage's trim, without the space lock (trims take it themselves,
-    /// and run user callbacks).
-    fn trim_all(&self) {
-        let trims: Vec<Arc<dyn Trim>> = {
+    /// Runs the trims of the storages whose slots may hold values above the high water
+    /// (`reach.rs`), without the space lock (trims take it themselves, and run user
+    /// callbacks). Returns what they left for later: the earliest retention to expire,
+    /// or `Deferred` if a reader has a trim to do.
+    fn trim_all(&self) -> Leftover {
+        let trims = {
             let mut state = lock(&self.state);
-            let mut live = Vec::with_capacity(state.trims.len());
-            state.trims.retain(|trim| match trim.upgrade() {
-                Some(trim) => {
-                    live.push(trim);
-                    true
+            let high_water = state.ids.high_water();
+            let mut trims = state.reach.above(high_water);
+            for drain in std::mem::take(&mut state.drains) {
+                if let Some(trim) = drain.upgrade() {
+                    trim.reachable()
+                        .drain_requested
+                        .store(false, Ordering::Relaxed);
+                    trims.push(trim);
                 }
-                None => false,
-            });
-            live
+            }
+            // A storage both above the high water and with values to drain: once.
+            trims.sort_unstable_by_key(|trim| trim.reachable().serial);
+            trims.dedup_by_key(|trim| trim.reachable().serial);
+            trims
         };
+        let mut leftover = Leftover::Nothing;
         for trim in trims {
-            trim.trim(self);
+            self.trim_visits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            leftover = match (leftover, trim.trim(self)) {
+                (Leftover::Deferred, _) | (_, Leftover::Deferred) => Leftover::Deferred,
+                (Leftover::RetainedUntil(a), Leftover::RetainedUntil(b)) => {
+                    Leftover::RetainedUntil(a.min(b))
+                }
+                (Leftover::Nothing, other) | (other, Leftover::Nothing) => other,
+            };
             // A trim's `on_reclaim` may have dropped the `PerCid`'s last handle: then its
             // slots' values are dropped here, and their destructors may panic.
             contain("dropping a PerCid from its trim panicked", move || {
                 drop(trim)
             });
         }
+        leftover
     }
 
-    /// Asks the compaction work to run within a scan period (its trims pass what readers
-    /// detached to `on_reclaim`).
-    pub(crate) fn request_trim(&self) {
+    /// Asks the compaction work to visit `storage` within a scan period, whatever its
+    /// reach: a reader detached values into its queue, which the work's trim passes to
+    /// `on_reclaim`.
+    pub(crate) fn request_drain(&self, storage: &Reachable) {
+        if self.in_forked_child() {
+            return;
+        }
+        if !storage.drain_requested.swap(true, Ordering::Relaxed) {
+            lock(&self.state).drains.push(storage.storage.clone());
+        }
         self.work.touch();
     }
 
-    /// Runs `f` with the current high water, under the space lock: no id at or above it
-    /// is owned, and none can be taken until `f` returns. `f` must not run user code.
-    pub(crate) fn at_high_water<R>(&self, f: impl FnOnce(usize) -> R) -> R {
-        let state = lock(&self.state);
-        f(state.ids.high_water())
+    /// A trim of `storage`: runs `detach` under the space lock with the storage's
+    /// threshold (the current high water, or with a retention the highest high water of
+    /// the last retention: `retention.rs`). No id at or above the high water is owned, and
+    /// none can be taken until `detach` returns; it must not run user code. It returns
+    /// what it detached and the highest id between the high water and the threshold
+    /// whose slot still holds a value, and the storage's reach is lowered to match.
+    pub(crate) fn trim_locked<D>(
+        &self,
+        storage: &Reachable,
+        detach: impl FnOnce(Thresholds) -> (D, Option<usize>),
+    ) -> (D, Leftover) {
+        let mut state = lock(&self.state);
+        let high_water = state.ids.high_water();
+        let retention = storage.retention.load(Ordering::Relaxed);
+        let now = if retention == 0 { 0 } else { self.now_ns() };
+        let threshold = state.history.threshold(now, retention, high_water);
+        let (detached, highest_kept) = detach(Thresholds {
+            high_water,
+            threshold,
+        });
+        let reach = storage.reach.load(Ordering::Relaxed);
+        // Every value at or above the threshold is gone; below the high water any slot
+        // may hold one.
+        let below = reach.min(high_water);
+        let lowered = highest_kept.map_or(below, |id| (id + 1).max(below));
+        if reach == FORGOTTEN {
+            return (detached, Leftover::Nothing);
+        }
+        if lowered != reach {
+            state
+                .reach
+                .set(storage.serial, &storage.storage, reach, lowered);
+            storage.reach.store(lowered, Ordering::Relaxed);
+        }
+        let leftover = match state.history.next_drop(now, retention, high_water) {
+            Some(until) if lowered > high_water => Leftover::RetainedUntil(until),
+            _ => Leftover::Nothing,
+        };
+        (detached, leftover)
+    }
+
+    /// An owner of `id` is about to give its slot of `storage` a value: raises the
+    /// storage's reach above `id`, so the trims visit the storage once `id` is above the
+    /// high water (`reach.rs`). The caller pins `id`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn raise_reach(&self, storage: &Reachable, id: usize) {
+        if self.in_forked_child() {
+            // Nothing trims in the child, and its lock may be held by a vanished thread.
+            return;
+        }
+        let mut state = lock(&self.state);
+        let reach = storage.reach.load(Ordering::Relaxed);
+        if id >= reach {
+            state
+                .reach
+                .set(storage.serial, &storage.storage, reach, id + 1);
+            storage.reach.store(id + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// A `PerCid` is dropped: its storage leaves the index.
+    pub(crate) fn forget_storage(&self, storage: &Reachable) {
+        if self.in_forked_child() {
+            return;
+        }
+        let mut state = lock(&self.state);
+        let reach = storage.reach.load(Ordering::Relaxed);
+        state.reach.remove(storage.serial, reach);
+        storage.reach.store(FORGOTTEN, Ordering::Relaxed);
+    }
+
+    /// A `PerCid` of the space keeps its slots above the high water for `retention`
+    /// nanoseconds before they are trimmed.
+    pub(crate) fn set_retention(&self, storage: &Reachable, retention: u64) {
+        if self.in_forked_child() {
+            storage.retention.store(retention, Ordering::Relaxed);
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.history.note_retention(retention);
+        storage.retention.store(retention, Ordering::Relaxed);
+    }
+
+    /// Runs `f` while no trim can unlink a slot array: under the space lock, or in a
+    /// forked child (where nothing trims) without it. `f` must not run user code.
+    pub(crate) fn with_arrays_steady<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.in_forked_child() {
+            return f();
+        }
+        let _state = lock(&self.state);
+        f()
     }
 
     /// The slow path of `enter()`: the thread owns no id, or its `cid` carries `MOVE`
@@ -260,7 +421,7 @@ impl SpaceInner {
         let id = state.ids.take_lowest();
         record.own.store(id, Ordering::Relaxed);
         record.cid.store(id, Ordering::Relaxed);
-        self.publish(&state);
+        self.publish(&mut state);
         drop(state);
         if current == NO_ID {
             self.work.touch();
@@ -275,26 +436,36 @@ impl SpaceInner {
         self.revoke_idle(&mut state);
         shrink(&mut state.threads);
         state.ids.shrink();
-        self.publish(&state);
+        self.publish(&mut state);
         let held = state.ids.owned();
         drop(state);
-        self.trim_all();
-        // Nothing held: nothing can go idle or shrink, so park until the next acquire.
-        if held == 0 { Next::Park } else { Next::Again }
+        let leftover = self.trim_all();
+        if held > 0 {
+            return Next::Again;
+        }
+        // Nothing held: nothing can go idle or shrink, so park until the next acquire,
+        // unless slots kept for a retention wait for it to pass.
+        match leftover {
+            Leftover::Nothing => Next::Park,
+            Leftover::Deferred => Next::Again,
+            Leftover::RetainedUntil(until) => {
+                Next::After(Duration::from_nanos(until.saturating_sub(self.now_ns())))
+            }
+        }
     }
 
-    pub(crate) fn register_trim(&self, trim: Weak<dyn Trim>) {
-        if self.in_forked_child() {
-            // Trims run in the scan, which does not run in the child.
-            return;
-        }
-        let mut state = lock(&self.state);
-        if state.trims.len() == state.trims.capacity() {
-            // Before the list grows, forget the storages of dropped `PerCid`s: each `Weak`
-            // keeps its allocation, and nothing else prunes while no scan or exit trims.
-            state.trims.retain(|trim| trim.strong_count() > 0);
-        }
-        state.trims.push(trim);
+    /// Storages and slots the trims visited since the space was made.
+    pub(crate) fn trim_visits(&self) -> (u64, u64) {
+        (
+            self.trim_visits.load(std::sync::atomic::Ordering::Relaxed),
+            self.trim_slots.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// A trim looked at `slots` slots.
+    pub(crate) fn count_trim_slots(&self, slots: usize) {
+        self.trim_slots
+            .fetch_add(slots as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) fn high_water(&self) -> usize {
