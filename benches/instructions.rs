@@ -10,7 +10,7 @@
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
 //! for op in pair pair_varying touch timeout_touch enter tls_get with with_alternating \
-//!     tls_counter; do
+//!     tls_counter take_put; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -33,6 +33,9 @@
 //!   every call misses the thread's two-entry slot cache.
 //! - `tls_counter`: the peer of `with`: `ThreadLocal<AtomicU64>::get_or` plus a relaxed
 //!   load and a relaxed store of the value + 1.
+//! - `take_put`: `PerCid::take` then `PerCid::put` of the value (a cache pool's get and
+//!   put), on a `PerCid<Box<[u64; 8]>>` whose slot holds a value (a pool of boxed
+//!   caches: the two calls move one word).
 //!
 //! Run as a plain bench (`cargo bench --bench instructions`) it does each once, as a
 //! smoke test.
@@ -61,6 +64,7 @@ fn main() {
             "with",
             "with_alternating",
             "tls_counter",
+            "take_put",
         ],
     };
     let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
@@ -88,6 +92,8 @@ fn main() {
     third.with(|n| *n.get_mut() += 1);
     let tls_counters: thread_local::ThreadLocal<AtomicU64> = thread_local::ThreadLocal::new();
     tls_counters.get_or(|| AtomicU64::new(0));
+    let pool: PerCid<Box<[u64; 8]>> = PerCid::new(&ids, || Box::new([0; 8]));
+    pool.put(Box::new([0; 8])).expect("an empty slot");
     for op in ops {
         match op {
             "pair" => {
@@ -123,9 +129,14 @@ fn main() {
                 let n = black_box(&tls_counters).get_or(|| AtomicU64::new(0));
                 n.store(n.load(Relaxed) + 1, Relaxed);
             }),
+            "take_put" => (0..count).for_each(|_| {
+                let pool = black_box(&pool);
+                let value = black_box(pool.take().expect("the slot's value"));
+                black_box(pool.put(value).is_ok());
+            }),
             other => panic!(
                 "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, enter, \
-                 tls_get, with, with_alternating, tls_counter"
+                 tls_get, with, with_alternating, tls_counter, take_put"
             ),
         }
     }

@@ -383,7 +383,7 @@ mod sync;
 pub mod tokio;
 mod wheel;
 
-pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid};
+pub use cid::{Cid, IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD, PerCid, SlotGuard};
 pub use error::Error;
 pub use priority::Priority;
 pub use scheduler::{

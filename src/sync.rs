@@ -30,7 +30,7 @@
 
 #[cfg(all(loom, feature = "loom"))]
 mod imp {
-    pub(crate) use loom::cell::UnsafeCell;
+    pub(crate) use loom::cell::{MutPtr, UnsafeCell};
     pub(crate) use loom::sync::atomic::{
         AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
     };
@@ -62,6 +62,28 @@ mod imp {
 
         pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
             f(self.0.get())
+        }
+
+        /// A mutable access that lasts as long as the returned pointer (loom tracks it
+        /// until the pointer is dropped).
+        pub(crate) fn get_mut(&self) -> MutPtr<T> {
+            MutPtr(self.0.get())
+        }
+    }
+
+    /// loom's `MutPtr`: a mutable access to an `UnsafeCell` for as long as it lives.
+    #[derive(Debug)]
+    pub(crate) struct MutPtr<T>(*mut T);
+
+    impl<T> MutPtr<T> {
+        /// # Safety
+        ///
+        /// As for dereferencing the cell's raw pointer: no other reference to the value
+        /// is alive while the returned one is.
+        #[allow(clippy::mut_from_ref, reason = "loom's `MutPtr::deref`, mirrored")]
+        pub(crate) unsafe fn deref(&self) -> &mut T {
+            // SAFETY: the caller's contract.
+            unsafe { &mut *self.0 }
         }
     }
 }

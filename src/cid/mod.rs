@@ -70,6 +70,7 @@
 mod barrier;
 mod handle;
 mod ids;
+mod lending;
 mod owner;
 mod percid;
 mod pin;
@@ -81,6 +82,7 @@ mod retention;
 mod slots;
 mod space;
 
+pub use lending::SlotGuard;
 pub use percid::PerCid;
 
 /// Whether the `enter()` fast path is fence-free (see [`crate::hooks::uses_membarrier`]).

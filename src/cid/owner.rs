@@ -66,7 +66,7 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// The caller holds a guard that pins `id`, and `cache` is the cache of that guard's
     /// record (`None` for a transient id). The slot stays linked while the guard lives.
-    unsafe fn slot(&self, cache: Option<&SlotCache>, id: usize) -> NonNull<Slot<T>> {
+    pub(super) unsafe fn slot(&self, cache: Option<&SlotCache>, id: usize) -> NonNull<Slot<T>> {
         let Some(cache) = cache else {
             // SAFETY: the caller pins `id`.
             return NonNull::from(unsafe { self.storage.buckets.slot(id) });
@@ -180,6 +180,95 @@ impl<T: Send + 'static> PerCid<T> {
     }
 }
 
+impl<T: Send + 'static> PerCid<T> {
+    /// The straight line of `take` and `put`: `f` on the calling thread's slot and `arg`,
+    /// as `with` runs its closure, with no `init`; `f` may fill the slot or empty it
+    /// (calling `will_fill` before it fills it). `Err(arg)`, without calling `f`, where
+    /// `with` would panic: the slot is borrowed already (an outer `with` or `SlotGuard` of
+    /// this thread), or this thread's own `for_each` callback is visiting it. `f` runs no
+    /// user code. (`arg` is passed through rather than captured, so that a value `put`
+    /// moves stays in registers instead of going through the stack.)
+    #[inline(always)]
+    pub(super) fn lend<A, R>(&self, arg: A, f: impl Lender<T, A, R>) -> Result<R, A> {
+        let Some(cid) = self.space.enter_first_level() else {
+            return self.lend_nested_or_looked_up(arg, f);
+        };
+        let cached = match cid.slot_cache() {
+            // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
+            // storage's.
+            Some(cache) => unsafe { cache.get(self.storage.serial) },
+            None => None,
+        };
+        let Some(slot) = cached else {
+            return self.lend_looked_up(cid, arg, f);
+        };
+        // The thread's outermost guard in this space: its slot is not borrowed (see `with`).
+        // SAFETY: `slot` is the slot of `cid`'s id (the cache's contract).
+        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
+        self.lend_borrowed(borrow, arg, f)
+    }
+
+    /// `lend` inside another guard of the thread in this space, or off `enter()`'s fast
+    /// path.
+    #[cold]
+    #[inline(never)]
+    fn lend_nested_or_looked_up<A, R>(&self, arg: A, f: impl Lender<T, A, R>) -> Result<R, A> {
+        let cid = self.space.enter_uncached();
+        // SAFETY: `cid` pins its id, and its cache is its record's.
+        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
+        // SAFETY: `cid` pins the slot's id, so the slot stays linked. Only this thread
+        // writes its pinned slot's `borrowed`.
+        if unsafe { slot.as_ref() }.borrowed.load(Ordering::Relaxed) != 0 {
+            return Err(arg);
+        }
+        // SAFETY: `slot` is the slot of `cid`'s id.
+        let borrow = unsafe { Borrow::<_, false>::start(cid, slot, self) };
+        self.lend_borrowed(borrow, arg, f)
+    }
+
+    /// `lend` on `enter()`'s fast path whose slot is not in the thread's cache.
+    #[cold]
+    #[inline(never)]
+    fn lend_looked_up<A, R>(&self, cid: Cid<'_>, arg: A, f: impl Lender<T, A, R>) -> Result<R, A> {
+        // SAFETY: `cid` pins its id, and its cache is its record's.
+        let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };
+        // SAFETY: `slot` is the slot of `cid`'s id.
+        let borrow = unsafe { Borrow::<_, true>::start(cid, slot, self) };
+        self.lend_borrowed(borrow, arg, f)
+    }
+
+    /// The rest of `lend` once the slot is borrowed: L, then `f`.
+    #[inline(always)]
+    fn lend_borrowed<A, R, const ASYMMETRIC: bool>(
+        &self,
+        borrow: Borrow<'_, T, ASYMMETRIC>,
+        arg: A,
+        f: impl Lender<T, A, R>,
+    ) -> Result<R, A> {
+        let slot = borrow.slot();
+        // (L)
+        if slot.reading.load(Ordering::Acquire) != IDLE
+            && !self.storage.gate.try_wait_for_reader(slot)
+        {
+            return Err(arg);
+        }
+        let id = borrow.id();
+        let result = slot.value.with_mut(|value| {
+            // SAFETY: as in `with_borrowed`: the slot of a pinned id, borrowed, and L saw
+            // no reader (in `try_wait_for_reader` if not before).
+            f(unsafe { &mut *value }, slot, id, arg)
+        });
+        // E only after the access to the value has ended.
+        drop(borrow);
+        Ok(result)
+    }
+}
+
+/// What `PerCid::lend` runs on the slot: its value, the slot, its id, and the argument.
+pub(super) trait Lender<T, A, R>: FnOnce(&mut Option<T>, &Slot<T>, usize, A) -> R {}
+
+impl<T, A, R, F: FnOnce(&mut Option<T>, &Slot<T>, usize, A) -> R> Lender<T, A, R> for F {}
+
 /// The owner's borrow of its slot, with the guard pinning the slot's id: B and the barrier
 /// on start (L is `with_borrowed`'s); E, the barrier and N on drop, then the guard's drop
 /// (see `reader.rs`). One value, so that the calls off `with`'s straight line can take it
@@ -209,6 +298,13 @@ impl<'a, T: Send + 'static, const ASYMMETRIC: bool> Borrow<'a, T, ASYMMETRIC> {
     #[inline(always)]
     pub(super) fn id(&self) -> usize {
         self.cid.get()
+    }
+
+    /// The borrowed slot.
+    #[inline(always)]
+    pub(super) fn slot(&self) -> &Slot<T> {
+        // SAFETY: `self.cid` pins the slot's id while `self` lives, so it stays linked.
+        unsafe { self.slot.as_ref() }
     }
 
     /// Borrows `slot` (B and the barrier). The caller checks L next.

@@ -236,20 +236,29 @@ impl Gate {
     #[cold]
     #[inline(never)]
     pub(super) fn wait_for_reader<T>(&self, slot: &Slot<T>) {
+        assert!(
+            self.try_wait_for_reader(slot),
+            "PerCid::with called from inside a for_each callback on the slot that \
+             callback is visiting (the calling thread's own slot); use the `&T` \
+             for_each passed"
+        );
+    }
+
+    /// [`wait_for_reader`](Self::wait_for_reader), but `false` at once, with the slot
+    /// still borrowed, if this thread is the reader and its callback is visiting this
+    /// very slot (waiting would wait for itself).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn try_wait_for_reader<T>(&self, slot: &Slot<T>) -> bool {
         loop {
             let reading = slot.reading.load(Ordering::Acquire);
             if reading == IDLE {
-                return;
+                return true;
             }
             if self.reader.load(Ordering::Relaxed) == thread_tag() {
-                // This thread is the reader, somewhere up its own stack.
-                assert!(
-                    reading != VISITING,
-                    "PerCid::with called from inside a for_each callback on the slot that \
-                     callback is visiting (the calling thread's own slot); use the `&T` \
-                     for_each passed"
-                );
-                return;
+                // This thread is the reader, somewhere up its own stack: a slot it only
+                // flagged is not being read.
+                return reading != VISITING;
             }
             slot.borrowed.store(0, Ordering::Release);
             let mut state = lock(&self.state);

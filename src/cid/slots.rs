@@ -445,12 +445,17 @@ mod tests {
         let buckets: Buckets<u64> = Buckets::new();
         for id in 0..64 {
             // SAFETY: single-threaded test: nothing else reaches the buckets.
-            unsafe { buckets.slot(id) }
-                .value
-                .with_mut(|value| unsafe { *value = Some(id as u64) });
+            let slot = unsafe { buckets.slot(id) };
+            slot.value.with_mut(|value| unsafe { *value = Some(id as u64) });
+            slot.filled.store(1, Ordering::Relaxed);
         }
+        let bounds = Thresholds {
+            high_water: 5,
+            threshold: 5,
+        };
         // SAFETY: as above.
-        let detached = unsafe { buckets.detach_above(5) };
+        let (detached, kept) = unsafe { buckets.detach_above(bounds) };
+        assert_eq!(kept, None);
         let mut values = detached.values;
         values.sort_unstable();
         assert_eq!(values, (5..64).collect::<Vec<u64>>());
@@ -465,5 +470,32 @@ mod tests {
             kept,
             vec![Some(0), Some(1), Some(2), Some(3), Some(4), None, None]
         );
+    }
+
+    #[test]
+    fn a_trim_with_a_retention_keeps_the_slots_below_its_threshold() {
+        let buckets: Buckets<u64> = Buckets::new();
+        for id in 0..20 {
+            // SAFETY: single-threaded test: nothing else reaches the buckets.
+            let slot = unsafe { buckets.slot(id) };
+            slot.value.with_mut(|value| unsafe { *value = Some(id as u64) });
+            slot.filled.store(1, Ordering::Relaxed);
+        }
+        let bounds = Thresholds {
+            high_water: 2,
+            threshold: 9,
+        };
+        // SAFETY: as above.
+        let (detached, kept) = unsafe { buckets.detach_above(bounds) };
+        let mut values = detached.values;
+        values.sort_unstable();
+        assert_eq!(values, (9..20).collect::<Vec<u64>>());
+        assert_eq!(kept, Some(8));
+        // Bucket 3 (ids 7..14) holds kept slots 7 and 8: linked; bucket 4 (15..30) freed.
+        assert_eq!(detached.arrays.len(), 1);
+        // Slots 2..9 were looked at and kept, 9..15 and 15..31 taken from.
+        assert_eq!(detached.looked_at, 29);
+        // SAFETY: as above.
+        assert_eq!(unsafe { buckets.count_filled() }, 9);
     }
 }

@@ -110,8 +110,8 @@ impl SpaceInner {
         Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
             let weak = weak.clone();
             let work = scheduler
-                .every(period, move |_| match weak.upgrade() {
-                    Some(space) => space.scan(),
+                .every(period, move |cx| match weak.upgrade() {
+                    Some(space) => space.scan(cx.period()),
                     None => Next::Stop,
                 })
                 .named("nicework.cid-compaction")
@@ -431,7 +431,7 @@ impl SpaceInner {
 
     /// One compaction scan: revokes the ids of threads that did not enter since the
     /// previous scan, then trims per-id storage above the new high water.
-    fn scan(&self) -> Next {
+    fn scan(&self, period: Duration) -> Next {
         let mut state = lock(&self.state);
         self.revoke_idle(&mut state);
         shrink(&mut state.threads);
@@ -444,12 +444,14 @@ impl SpaceInner {
             return Next::Again;
         }
         // Nothing held: nothing can go idle or shrink, so park until the next acquire,
-        // unless slots kept for a retention wait for it to pass.
+        // unless slots kept for a retention wait for it to pass. Never later than a
+        // period: an acquire or an exit only touches the work, which leaves an armed
+        // work's deadline as it is.
         match leftover {
             Leftover::Nothing => Next::Park,
             Leftover::Deferred => Next::Again,
             Leftover::RetainedUntil(until) => {
-                Next::After(Duration::from_nanos(until.saturating_sub(self.now_ns())))
+                Next::After(Duration::from_nanos(until.saturating_sub(self.now_ns())).min(period))
             }
         }
     }
