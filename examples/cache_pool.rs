@@ -117,7 +117,10 @@ trait Pool: Sync {
 
 /// regex-automata's `util::pool::Pool`, condensed: an owner slot and 8 stacks.
 struct Stacks {
-    #[allow(clippy::vec_box, reason = "regex-automata's design: a guard moves a pointer")]
+    #[allow(
+        clippy::vec_box,
+        reason = "regex-automata's design: a guard moves a pointer"
+    )]
     stacks: Vec<Mutex<Vec<Box<Cache>>>>,
     owner: AtomicUsize,
     owner_value: UnsafeCell<Option<Cache>>,

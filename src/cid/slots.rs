@@ -446,7 +446,8 @@ mod tests {
         for id in 0..64 {
             // SAFETY: single-threaded test: nothing else reaches the buckets.
             let slot = unsafe { buckets.slot(id) };
-            slot.value.with_mut(|value| unsafe { *value = Some(id as u64) });
+            slot.value
+                .with_mut(|value| unsafe { *value = Some(id as u64) });
             slot.filled.store(1, Ordering::Relaxed);
         }
         let bounds = Thresholds {
@@ -478,7 +479,8 @@ mod tests {
         for id in 0..20 {
             // SAFETY: single-threaded test: nothing else reaches the buckets.
             let slot = unsafe { buckets.slot(id) };
-            slot.value.with_mut(|value| unsafe { *value = Some(id as u64) });
+            slot.value
+                .with_mut(|value| unsafe { *value = Some(id as u64) });
             slot.filled.store(1, Ordering::Relaxed);
         }
         let bounds = Thresholds {

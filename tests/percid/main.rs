@@ -15,6 +15,15 @@
 //! - `queue_starvation`: A reader in a loop beside a drainer.
 //! - `queue_visits`: The reclaim queue that readers visit.
 //! - `reader`: `PerCid::for_each` beside owners and trims.
+//! - `retention`: `PerCid::retention`: no trim within it, one after it, exactly once; a
+//!   thread back within it finds its value; the work parks after it.
+//! - `scan_visits`: A trim visits only the `PerCid`s with slots above the high water:
+//!   10,000 idle ones cost the scan what one does.
+//! - `slot_guard`: `try_borrow` and `SlotGuard`: readers wait for a guard, a guard keeps
+//!   its id across scans, nesting returns `None`, every unwind lets the slot go.
+//! - `take_put`: `take` and `put`: no `init`, a full slot refused, no panic on nesting,
+//!   values outliving their thread, every count in exactly one place beside readers and
+//!   trims.
 //! - `reclaim_mix`: Exactly-once and no double count with readers that panic while
 //!   visiting queued values, two readers, the scheduler dropped mid-way and the PerCid
 //!   dropped while values are queued.
@@ -41,6 +50,10 @@ mod queue_starvation;
 mod queue_visits;
 mod reader;
 mod reclaim_mix;
+mod retention;
+mod scan_visits;
 mod slot_cache;
+mod slot_guard;
 mod sum_beside_a_trim;
 mod sum_during_a_drain;
+mod take_put;

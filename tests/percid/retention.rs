@@ -1,0 +1,213 @@
+//! `PerCid::retention`: a slot is trimmed only once it has stayed above the high water for
+//! the retention, then exactly once; a thread back within it finds its value; with every
+//! id released the compaction work wakes for the retention and then parks; zero is the
+//! default, `Duration::MAX` never trims; a high water that comes back up restarts the
+//! count. All on the manual clock, so each step is a state, not a time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nicework::{IdSpace, PerCid, Scheduler};
+
+use crate::common::percid::Owner;
+
+const SCAN: Duration = Duration::from_millis(100);
+const RETENTION: Duration = Duration::from_secs(1);
+
+fn counted(ids: &IdSpace, retention: Duration) -> (Arc<PerCid<u64>>, Arc<AtomicUsize>) {
+    let reclaimed = Arc::new(AtomicUsize::new(0));
+    let slots = PerCid::with_reclaim(ids, || 0, {
+        let reclaimed = reclaimed.clone();
+        move |_: &mut u64| {
+            reclaimed.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .retention(retention);
+    (Arc::new(slots), reclaimed)
+}
+
+fn put_step(slots: &Arc<PerCid<u64>>, value: u64) -> impl FnOnce() + Send + 'static {
+    let slots = slots.clone();
+    move || slots.put(value).unwrap()
+}
+
+/// Advances one scan period with `keeper` entering first, so it keeps its id.
+fn scan_with(sched: &Scheduler, keeper: &Owner, ids: &Arc<IdSpace>) {
+    let ids = ids.clone();
+    keeper.run(move || drop(ids.enter()));
+    sched.advance(SCAN);
+}
+
+#[test]
+fn no_trim_within_the_retention_one_after_it_exactly_once() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let (slots, reclaimed) = counted(&ids, RETENTION);
+    let keeper = Owner::start();
+    keeper.run(put_step(&slots, 1));
+    let idle = Owner::start();
+    idle.run(put_step(&slots, 2));
+    assert_eq!(ids.high_water(), 2);
+    // Two scans revoke the idle thread's id: the high water drops to 1.
+    scan_with(&sched, &keeper, &ids);
+    scan_with(&sched, &keeper, &ids);
+    assert_eq!(ids.high_water(), 1);
+    let dropped_at = sched.now();
+    while sched.now() < dropped_at + RETENTION {
+        assert_eq!(
+            reclaimed.load(Ordering::SeqCst),
+            0,
+            "trimmed within the retention"
+        );
+        assert_eq!(slots.live(), 2);
+        scan_with(&sched, &keeper, &ids);
+    }
+    // The retention has passed; the next scan trims, once.
+    scan_with(&sched, &keeper, &ids);
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 1);
+    assert_eq!(slots.live(), 1);
+    for _ in 0..20 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 1);
+    keeper.exit();
+    idle.exit();
+}
+
+#[test]
+fn a_thread_back_within_the_retention_finds_its_value() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let (slots, reclaimed) = counted(&ids, RETENTION);
+    let keeper = Owner::start();
+    keeper.run(put_step(&slots, 1));
+    let idle = Owner::start();
+    idle.run(put_step(&slots, 2));
+    for _ in 0..8 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    assert_eq!(ids.high_water(), 1);
+    // Back after 800 ms idle: the lowest free id is its old one, and so is the value.
+    let found = Arc::new(AtomicUsize::new(0));
+    idle.run({
+        let (slots, found) = (slots.clone(), found.clone());
+        move || found.store(slots.take().unwrap_or(0) as usize, Ordering::SeqCst)
+    });
+    assert_eq!(found.load(Ordering::SeqCst), 2);
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
+    // Without a retention the same idle loses the value at the first scan after the drop.
+    let (plain, plain_reclaimed) = counted(&ids, Duration::ZERO);
+    keeper.run(put_step(&plain, 1));
+    idle.run(put_step(&plain, 2));
+    for _ in 0..3 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    assert_eq!(plain_reclaimed.load(Ordering::SeqCst), 1);
+    idle.run({
+        let (plain, found) = (plain.clone(), found.clone());
+        move || found.store(plain.take().unwrap_or(0) as usize, Ordering::SeqCst)
+    });
+    assert_eq!(found.load(Ordering::SeqCst), 0);
+    keeper.exit();
+    idle.exit();
+}
+
+#[test]
+fn with_every_id_released_the_work_wakes_for_the_retention_then_parks() {
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let (slots, reclaimed) = counted(&ids, RETENTION);
+    let gone = Owner::start();
+    gone.run(put_step(&slots, 7));
+    gone.exit();
+    assert_eq!(ids.held(), 0);
+    assert_eq!(slots.live(), 1);
+    // Nothing is held, but the slot waits for its retention: the work does not park.
+    let mut steps = 0;
+    while reclaimed.load(Ordering::SeqCst) == 0 {
+        assert!(steps < 40, "never trimmed");
+        sched.advance(SCAN);
+        steps += 1;
+    }
+    assert!(
+        steps >= 10,
+        "trimmed after {steps} scans, within the retention"
+    );
+    assert_eq!(slots.live(), 0);
+    let runs = ids.compaction_stats().runs;
+    for _ in 0..50 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(
+        ids.compaction_stats().runs,
+        runs,
+        "the idle space kept scanning"
+    );
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn zero_trims_as_without_one_and_the_longest_retention_never_trims() {
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let (zero, zero_reclaimed) = counted(&ids, Duration::ZERO);
+    let (never, never_reclaimed) = counted(&ids, Duration::MAX);
+    let gone = Owner::start();
+    gone.run({
+        let (zero, never) = (zero.clone(), never.clone());
+        move || {
+            zero.put(1).unwrap();
+            never.put(2).unwrap();
+        }
+    });
+    gone.exit();
+    sched.advance(SCAN);
+    assert_eq!(zero_reclaimed.load(Ordering::SeqCst), 1);
+    for _ in 0..100 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(never_reclaimed.load(Ordering::SeqCst), 0);
+    assert_eq!(never.live(), 1);
+    // Dropping the PerCid drops what it kept (without the callback, as for any slot).
+    drop(never);
+    sched.advance(SCAN);
+}
+
+#[test]
+fn a_high_water_that_comes_back_up_restarts_the_count() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let (slots, reclaimed) = counted(&ids, RETENTION);
+    let keeper = Owner::start();
+    keeper.run(put_step(&slots, 1));
+    let idle = Owner::start();
+    idle.run(put_step(&slots, 2));
+    // Idle for 700 ms (revoked after two scans), then back for a moment (it retakes id 1
+    // and its value stays), then idle again.
+    for _ in 0..7 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    assert_eq!(ids.high_water(), 1);
+    idle.run({
+        let ids = ids.clone();
+        move || drop(ids.enter())
+    });
+    assert_eq!(ids.high_water(), 2);
+    for _ in 0..2 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    // Revoked again: the second drop counts from now, not from the first.
+    scan_with(&sched, &keeper, &ids);
+    assert_eq!(ids.high_water(), 1);
+    for _ in 0..8 {
+        scan_with(&sched, &keeper, &ids);
+        assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
+    }
+    for _ in 0..4 {
+        scan_with(&sched, &keeper, &ids);
+    }
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 1);
+    keeper.exit();
+    idle.exit();
+}
