@@ -40,9 +40,13 @@ impl Count {
 
 fn counters(ids: &IdSpace, folded: &Arc<AtomicU64>) -> Arc<PerCid<Count>> {
     let folded = folded.clone();
-    Arc::new(PerCid::with_reclaim(ids, Count::new, move |count: &mut Count| {
-        folded.fetch_add(count.get(), Ordering::SeqCst);
-    }))
+    Arc::new(PerCid::with_reclaim(
+        ids,
+        Count::new,
+        move |count: &mut Count| {
+            folded.fetch_add(count.get(), Ordering::SeqCst);
+        },
+    ))
 }
 
 fn sum(counters: &PerCid<Count>) -> u64 {

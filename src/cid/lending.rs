@@ -81,7 +81,7 @@ impl<T: Send + 'static> PerCid<T> {
     /// ```
     #[inline]
     pub fn take(&self) -> Option<T> {
-        self.lend((), |value: &mut Option<T>, slot: &Slot<T>, _, ()| {
+        self.lend((), |value: &mut Option<T>, slot: &Slot<T>, ()| {
             let taken = value.take();
             if taken.is_some() {
                 slot.filled.store(0, Ordering::Relaxed);
@@ -123,11 +123,11 @@ impl<T: Send + 'static> PerCid<T> {
     pub fn put(&self, value: T) -> Result<(), T> {
         self.lend(
             value,
-            |slot_value: &mut Option<T>, slot: &Slot<T>, id, value| {
+            |slot_value: &mut Option<T>, slot: &Slot<T>, value| {
                 if slot_value.is_some() {
                     return Err(value);
                 }
-                self.will_fill(slot, id);
+                self.will_fill(slot);
                 *slot_value = Some(value);
                 Ok(())
             },
@@ -188,13 +188,12 @@ impl<T: Send + 'static> PerCid<T> {
         {
             return None;
         }
-        let id = borrow.id();
         slot.value.with_mut(|value| {
             // SAFETY: as in `with_borrowed`: the slot of a pinned id, borrowed, and L saw
             // no reader. (If `init` panics, `borrow` lets the slot go as it unwinds.)
             let value = unsafe { &mut *value };
             if value.is_none() {
-                self.first_value(value, slot, id);
+                self.first_value(value, slot);
             }
         });
         let value = slot.value.get_mut();

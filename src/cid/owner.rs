@@ -60,27 +60,36 @@ impl<T: Send + 'static> PerCid<T> {
     }
 
     /// The slot of `id`, from `cache` if it holds this storage's, else looked up in the
-    /// buckets and cached.
+    /// buckets (linking its array if needed), noted in the storage's reach, and cached.
     ///
     /// # Safety
     ///
     /// The caller holds a guard that pins `id`, and `cache` is the cache of that guard's
     /// record (`None` for a transient id). The slot stays linked while the guard lives.
     pub(super) unsafe fn slot(&self, cache: Option<&SlotCache>, id: usize) -> NonNull<Slot<T>> {
-        let Some(cache) = cache else {
-            // SAFETY: the caller pins `id`.
-            return NonNull::from(unsafe { self.storage.buckets.slot(id) });
-        };
-        // SAFETY: the caller holds a guard of the cache's record, and `serial` is this
-        // live storage's.
-        if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
-            return slot;
+        if let Some(cache) = cache {
+            // SAFETY: the caller holds a guard of the cache's record, and `serial` is this
+            // live storage's.
+            if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
+                return slot;
+            }
+        }
+        // Every slot reached, filled or not, and every array linked, lies below the
+        // reach (`reach.rs`): the trims then need look no further, and free what is
+        // there once it is above the high water. A cached slot was noted when it was
+        // looked up, and its id has been owned without a break since (`slots.rs`), so no
+        // trim lowered the reach below it.
+        let reachable = &self.storage.reachable;
+        if id >= reachable.reach.load(Ordering::Relaxed) {
+            self.space.raise_reach(reachable, id);
         }
         // SAFETY: the caller pins `id`.
         let slot = NonNull::from(unsafe { self.storage.buckets.slot(id) });
-        // SAFETY: the caller holds a guard of the cache's record, pinning `id`, and `slot`
-        // is that id's slot in this storage.
-        unsafe { cache.set(self.storage.serial, slot) };
+        if let Some(cache) = cache {
+            // SAFETY: the caller holds a guard of the cache's record, pinning `id`, and
+            // `slot` is that id's slot in this storage.
+            unsafe { cache.set(self.storage.serial, slot) };
+        }
         slot
     }
 
@@ -144,7 +153,7 @@ impl<T: Send + 'static> PerCid<T> {
             let value = unsafe { &mut *value };
             let value = match value {
                 Some(value) => value,
-                None => self.first_value(value, slot, borrow.id()),
+                None => self.first_value(value, slot),
             };
             f(value)
         });
@@ -152,38 +161,29 @@ impl<T: Send + 'static> PerCid<T> {
         result
     }
 
-    /// Makes the first value of `slot`, the slot of `id`, which the caller pins and
-    /// borrows, `empty` being its value.
+    /// Makes the first value of `slot`, which the caller pins and borrows, `empty` being
+    /// its value.
     #[cold]
     #[inline(never)]
-    pub(super) fn first_value<'v>(
-        &self,
-        empty: &'v mut Option<T>,
-        slot: &Slot<T>,
-        id: usize,
-    ) -> &'v mut T {
+    pub(super) fn first_value<'v>(&self, empty: &'v mut Option<T>, slot: &Slot<T>) -> &'v mut T {
         let value = (self.storage.init)();
-        self.will_fill(slot, id);
+        self.will_fill(slot);
         empty.insert(value)
     }
 
-    /// `slot`, the slot of `id`, which the caller pins and borrows, is about to get a
-    /// value: the trims must visit this storage once `id` is above the high water
-    /// (`reach.rs`), and `live()` must count it.
+    /// `slot`, which the caller pins and borrows, is about to get a value: `live()` must
+    /// count it. (Its id is below the storage's reach since the slot was looked up: the
+    /// trims will find the value once the id is above the high water.)
     #[inline(always)]
-    pub(super) fn will_fill(&self, slot: &Slot<T>, id: usize) {
-        let reachable = &self.storage.reachable;
-        if id >= reachable.reach.load(Ordering::Relaxed) {
-            self.space.raise_reach(reachable, id);
-        }
+    pub(super) fn will_fill(&self, slot: &Slot<T>) {
         slot.filled.store(1, Ordering::Relaxed);
     }
 }
 
 impl<T: Send + 'static> PerCid<T> {
     /// The straight line of `take` and `put`: `f` on the calling thread's slot and `arg`,
-    /// as `with` runs its closure, with no `init`; `f` may fill the slot or empty it
-    /// (calling `will_fill` before it fills it). `Err(arg)`, without calling `f`, where
+    /// as `with` runs its closure, with no `init`; `f` may fill the slot (calling
+    /// `will_fill`) or empty it (clearing `filled`). `Err(arg)`, without calling `f`, where
     /// `with` would panic: the slot is borrowed already (an outer `with` or `SlotGuard` of
     /// this thread), or this thread's own `for_each` callback is visiting it. `f` runs no
     /// user code. (`arg` is passed through rather than captured, so that a value `put`
@@ -252,11 +252,10 @@ impl<T: Send + 'static> PerCid<T> {
         {
             return Err(arg);
         }
-        let id = borrow.id();
         let result = slot.value.with_mut(|value| {
             // SAFETY: as in `with_borrowed`: the slot of a pinned id, borrowed, and L saw
             // no reader (in `try_wait_for_reader` if not before).
-            f(unsafe { &mut *value }, slot, id, arg)
+            f(unsafe { &mut *value }, slot, arg)
         });
         // E only after the access to the value has ended.
         drop(borrow);
@@ -264,10 +263,10 @@ impl<T: Send + 'static> PerCid<T> {
     }
 }
 
-/// What `PerCid::lend` runs on the slot: its value, the slot, its id, and the argument.
-pub(super) trait Lender<T, A, R>: FnOnce(&mut Option<T>, &Slot<T>, usize, A) -> R {}
+/// What `PerCid::lend` runs on the slot: its value, the slot, and the argument.
+pub(super) trait Lender<T, A, R>: FnOnce(&mut Option<T>, &Slot<T>, A) -> R {}
 
-impl<T, A, R, F: FnOnce(&mut Option<T>, &Slot<T>, usize, A) -> R> Lender<T, A, R> for F {}
+impl<T, A, R, F: FnOnce(&mut Option<T>, &Slot<T>, A) -> R> Lender<T, A, R> for F {}
 
 /// The owner's borrow of its slot, with the guard pinning the slot's id: B and the barrier
 /// on start (L is `with_borrowed`'s); E, the barrier and N on drop, then the guard's drop

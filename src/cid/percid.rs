@@ -609,11 +609,13 @@ impl<T: Send + 'static> PerCid<T> {
     pub fn live(&self) -> usize {
         // Under the space lock: a trim moves values from the slots to the queue under it,
         // so each is counted once, and no array is unlinked during the count.
-        self.space.with_arrays_steady(|| {
-            // SAFETY: `with_arrays_steady` keeps every linked array linked.
-            let filled = unsafe { self.storage.buckets.count_filled() };
-            filled + self.storage.reclaiming.load(Ordering::Acquire)
-        })
+        self.space
+            .with_arrays_steady(&self.storage.reachable, |reach| {
+                // SAFETY: `with_arrays_steady` keeps every linked array linked, and no slot at
+                // or above `reach` holds a value.
+                let filled = unsafe { self.storage.buckets.count_filled(reach) };
+                filled + self.storage.reclaiming.load(Ordering::Acquire)
+            })
     }
 }
 

@@ -22,15 +22,41 @@
 //!   its id is at or above it: the first value of each id, or the first after a trim.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Weak};
 
 use super::space::Trim;
+
+/// The index's keys are serial numbers, unique and handed out by a counter: a
+/// multiplication spreads them over a table's buckets as well as SipHash would, at a
+/// fraction of its cost (a scan that trims 30,000 storages moves each between two lists).
+#[derive(Default)]
+struct SerialHasher(u64);
+
+impl Hasher for SerialHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, serial: u64) {
+        self.0 = serial.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A list of storages by serial number.
+type Storages = HashMap<u64, Weak<dyn Trim>, BuildHasherDefault<SerialHasher>>;
 
 /// See the module docs. Under the space lock.
 #[derive(Default)]
 pub(super) struct ReachIndex {
     /// `by_reach[r - 1]`: the storages whose reach is `r`, by serial number.
-    by_reach: Vec<HashMap<u64, Weak<dyn Trim>>>,
+    by_reach: Vec<Storages>,
 }
 
 impl std::fmt::Debug for ReachIndex {
@@ -38,7 +64,7 @@ impl std::fmt::Debug for ReachIndex {
         f.debug_struct("ReachIndex")
             .field(
                 "storages",
-                &self.by_reach.iter().map(HashMap::len).sum::<usize>(),
+                &self.by_reach.iter().map(Storages::len).sum::<usize>(),
             )
             .finish()
     }
@@ -53,7 +79,7 @@ impl ReachIndex {
         self.remove(serial, old);
         if new > 0 {
             if self.by_reach.len() < new {
-                self.by_reach.resize_with(new, HashMap::new);
+                self.by_reach.resize_with(new, Storages::default);
             }
             self.by_reach[new - 1].insert(serial, storage.clone());
         }
@@ -71,7 +97,7 @@ impl ReachIndex {
         if list.capacity() >= 4 * list.len().max(4) {
             list.shrink_to(list.len());
         }
-        while self.by_reach.last().is_some_and(HashMap::is_empty) {
+        while self.by_reach.last().is_some_and(Storages::is_empty) {
             self.by_reach.pop();
         }
         if self.by_reach.capacity() >= 4 * self.by_reach.len().max(4) {

@@ -192,6 +192,14 @@ fn bucket_of(id: usize) -> (usize, usize) {
     (bucket, position - (1 << bucket))
 }
 
+/// The buckets that hold ids from `from` up to `to` (exclusive).
+fn buckets_between(from: usize, to: usize) -> std::ops::Range<usize> {
+    if to <= from {
+        return 0..0;
+    }
+    bucket_of(from).0..bucket_of(to - 1).0 + 1
+}
+
 /// The first id bucket `bucket` covers.
 fn first_id(bucket: usize) -> usize {
     (1usize << bucket) - 1
@@ -339,6 +347,7 @@ impl<T> Buckets<T> {
         let Thresholds {
             high_water,
             threshold,
+            reach,
         } = bounds;
         let mut detached = Detached {
             values: Vec::new(),
@@ -346,7 +355,9 @@ impl<T> Buckets<T> {
             looked_at: 0,
         };
         let mut highest_kept = None;
-        for bucket in 0..BUCKETS {
+        // Only the arrays from the high water's to the reach's can hold anything to take
+        // or free: a storage's 64 bucket words are not even read past them.
+        for bucket in buckets_between(high_water, reach) {
             let base = self.buckets[bucket].load(Ordering::Acquire);
             let Some(base) = NonNull::new(base) else {
                 continue;
@@ -388,14 +399,15 @@ impl<T> Buckets<T> {
         (detached, highest_kept)
     }
 
-    /// The slots that hold a value.
+    /// The slots that hold a value, all below `reach`.
     ///
     /// # Safety
     ///
-    /// No array can be unlinked during the call (`SpaceInner::with_arrays_steady`).
-    pub(super) unsafe fn count_filled(&self) -> usize {
+    /// No array can be unlinked during the call, and no slot at or above `reach` holds a
+    /// value (`SpaceInner::with_arrays_steady`).
+    pub(super) unsafe fn count_filled(&self, reach: usize) -> usize {
         let mut filled = 0;
-        for bucket in 0..BUCKETS {
+        for bucket in buckets_between(0, reach) {
             let base = self.buckets[bucket].load(Ordering::Acquire);
             let Some(base) = NonNull::new(base) else {
                 continue;
@@ -453,6 +465,7 @@ mod tests {
         let bounds = Thresholds {
             high_water: 5,
             threshold: 5,
+            reach: 64,
         };
         // SAFETY: as above.
         let (detached, kept) = unsafe { buckets.detach_above(bounds) };
@@ -486,6 +499,7 @@ mod tests {
         let bounds = Thresholds {
             high_water: 2,
             threshold: 9,
+            reach: 20,
         };
         // SAFETY: as above.
         let (detached, kept) = unsafe { buckets.detach_above(bounds) };
@@ -498,6 +512,9 @@ mod tests {
         // Slots 2..9 were looked at and kept, 9..15 and 15..31 taken from.
         assert_eq!(detached.looked_at, 29);
         // SAFETY: as above.
-        assert_eq!(unsafe { buckets.count_filled() }, 9);
+        assert_eq!(unsafe { buckets.count_filled(20) }, 9);
+        assert_eq!(buckets_between(0, 0), 0..0);
+        assert_eq!(buckets_between(3, 7), 2..3);
+        assert_eq!(buckets_between(0, usize::MAX), 0..BUCKETS);
     }
 }

@@ -49,12 +49,15 @@ pub(crate) struct SpaceState {
     drains: Vec<Weak<dyn Trim>>,
 }
 
-/// The two bounds of a trim, under the space lock: ids at or above `high_water` are owned
-/// by nobody, and a trim takes the values at or above `threshold` (no lower).
+/// The bounds of a trim, under the space lock: ids at or above `high_water` are owned by
+/// nobody, a trim takes the values at or above `threshold` (no lower), and no slot at or
+/// above `reach` was reached since the last trim, nor any array linked for one
+/// (`reach.rs`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Thresholds {
     pub(crate) high_water: usize,
     pub(crate) threshold: usize,
+    pub(crate) reach: usize,
 }
 
 /// One id space. Tags (the legend is in `sync`): `I:` set at build, read-only after; `S:`
@@ -242,17 +245,19 @@ impl SpaceInner {
             let mut state = lock(&self.state);
             let high_water = state.ids.high_water();
             let mut trims = state.reach.above(high_water);
-            for drain in std::mem::take(&mut state.drains) {
-                if let Some(trim) = drain.upgrade() {
-                    trim.reachable()
-                        .drain_requested
-                        .store(false, Ordering::Relaxed);
-                    trims.push(trim);
+            if !state.drains.is_empty() {
+                for drain in std::mem::take(&mut state.drains) {
+                    if let Some(trim) = drain.upgrade() {
+                        trim.reachable()
+                            .drain_requested
+                            .store(false, Ordering::Relaxed);
+                        trims.push(trim);
+                    }
                 }
+                // A storage both above the high water and with values to drain: once.
+                trims.sort_unstable_by_key(|trim| trim.reachable().serial);
+                trims.dedup_by_key(|trim| trim.reachable().serial);
             }
-            // A storage both above the high water and with values to drain: once.
-            trims.sort_unstable_by_key(|trim| trim.reachable().serial);
-            trims.dedup_by_key(|trim| trim.reachable().serial);
             trims
         };
         let mut leftover = Leftover::Nothing;
@@ -304,11 +309,12 @@ impl SpaceInner {
         let retention = storage.retention.load(Ordering::Relaxed);
         let now = if retention == 0 { 0 } else { self.now_ns() };
         let threshold = state.history.threshold(now, retention, high_water);
+        let reach = storage.reach.load(Ordering::Relaxed);
         let (detached, highest_kept) = detach(Thresholds {
             high_water,
             threshold,
+            reach,
         });
-        let reach = storage.reach.load(Ordering::Relaxed);
         // Every value at or above the threshold is gone; below the high water any slot
         // may hold one.
         let below = reach.min(high_water);
@@ -372,14 +378,19 @@ impl SpaceInner {
         storage.retention.store(retention, Ordering::Relaxed);
     }
 
-    /// Runs `f` while no trim can unlink a slot array: under the space lock, or in a
-    /// forked child (where nothing trims) without it. `f` must not run user code.
-    pub(crate) fn with_arrays_steady<R>(&self, f: impl FnOnce() -> R) -> R {
+    /// Runs `f` with `storage`'s reach while no trim can unlink a slot array: under the
+    /// space lock, or in a forked child (where nothing trims, and the reach is not kept:
+    /// `f` gets `FORGOTTEN`, which bounds nothing) without it. `f` must not run user code.
+    pub(crate) fn with_arrays_steady<R>(
+        &self,
+        storage: &Reachable,
+        f: impl FnOnce(usize) -> R,
+    ) -> R {
         if self.in_forked_child() {
-            return f();
+            return f(FORGOTTEN);
         }
         let _state = lock(&self.state);
-        f()
+        f(storage.reach.load(Ordering::Relaxed))
     }
 
     /// The slow path of `enter()`: the thread owns no id, or its `cid` carries `MOVE`
