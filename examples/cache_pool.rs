@@ -14,17 +14,21 @@
 //!   cache across a short idle.
 //!
 //! It prints, for each pool:
-//! - the heap after a burst of 64 searching threads, while 4 search, and after they exit;
+//! - the heap after a burst of 64 searching threads (on a machine with fewer CPUs), while
+//!   4 search, and after they exit; the caches built during the burst (each one a cold
+//!   search: the stacks build one whenever a thread finds its stack's lock taken ten
+//!   times in a row, and drop one whenever a put finds it so) and the searches done;
 //! - the cost of a search with its get and put, on 1 thread and on 4 (a short search,
-//!   about as long as a regex `find` on a short haystack), and of a bare get and put;
-//! - the first search of a thread after 300 ms idle, with and without the retention.
+//!   about as long as a regex `find` on a short haystack), and of a bare get and put (the
+//!   variant where the pool is all there is);
+//! - the first search of threads back from 300 ms idle, with and without the retention.
 //!
 //! ```text
 //! cargo run --release --example cache_pool        # add a number for more rounds
 //! ```
 //!
-//! Timings are medians of interleaved rounds; it exits non-zero only on a broken count (a
-//! search that went wrong, a heap that did not shrink), never on a timing.
+//! Timings are medians of interleaved rounds; it exits non-zero only on a broken count (two
+//! searches on one cache, a heap that did not shrink), never on a timing.
 
 #[path = "common/counting.rs"]
 mod counting;
@@ -537,18 +541,26 @@ fn main() {
     drop((stacks, slots));
 
     println!();
-    println!("first search after 300 ms idle (4 threads; a scan revokes idle ids)");
+    println!(
+        "first search after 300 ms idle (4 threads search, sleep, search again; the scans \
+         revoke the ids of idle threads)"
+    );
     for retention in [Duration::ZERO, Duration::from_secs(1)] {
         let slots = percid_pool(&ids, retention);
-        search_for(&slots, 4, Duration::from_millis(50), &broken);
-        std::thread::sleep(Duration::from_millis(300));
         let warm = AtomicUsize::new(0);
         let took = Mutex::new(Vec::new());
-        let start = Barrier::new(4);
+        let together = Barrier::new(4);
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(|| {
-                    start.wait();
+                    together.wait();
+                    let began = Instant::now();
+                    while began.elapsed() < Duration::from_millis(50) {
+                        black_box(search(&mut slots.get(), HAYSTACK));
+                    }
+                    together.wait();
+                    std::thread::sleep(Duration::from_millis(300));
+                    together.wait();
                     let began = Instant::now();
                     let cached = slots.slots.take();
                     if cached.is_some() {
@@ -563,13 +575,13 @@ fn main() {
                         .unwrap()
                         .push(began.elapsed().as_secs_f64() * 1e6);
                     // Every thread has taken (or built) its cache before any gives one back.
-                    start.wait();
+                    together.wait();
                 });
             }
         });
         println!(
             "  retention {:<5} {} of 4 caches kept; first search {:.1} µs (median)",
-            format!("{:?}", retention),
+            format!("{retention:?}"),
             warm.load(Ordering::Relaxed),
             median(took.into_inner().unwrap())
         );

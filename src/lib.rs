@@ -169,6 +169,50 @@
 //! # Ok::<(), nicework::Error>(())
 //! ```
 //!
+//! # Example: a pool of caches whose guards are `Send`
+//!
+//! A pool (regex keeps one of search caches per `Regex`) hands a value out in a guard that
+//! may cross threads, so the guard cannot hold a pin. [`PerCid::take`] moves the calling
+//! thread's value out of its slot and [`PerCid::put`] moves one back in: one pin each,
+//! no lock. With a [`retention`](PerCid::retention), a value survives a short idle of its
+//! thread; without one, memory follows the threads searching now.
+//!
+//! ```
+//! use std::time::Duration;
+//! use nicework::{IdSpace, PerCid, Scheduler};
+//!
+//! struct Guard<'p> {
+//!     pool: &'p PerCid<Box<Vec<u8>>>,
+//!     cache: Option<Box<Vec<u8>>>,
+//! }
+//! impl Drop for Guard<'_> {
+//!     fn drop(&mut self) {
+//!         if let Some(cache) = self.cache.take() {
+//!             let _ = self.pool.put(cache); // a full slot: this one is dropped
+//!         }
+//!     }
+//! }
+//! let sched = Scheduler::manual();
+//! let ids = IdSpace::new(&sched);
+//! let pool = PerCid::new(&ids, || Box::new(Vec::new())).retention(Duration::from_secs(1));
+//! let get = || Guard {
+//!     cache: Some(pool.take().unwrap_or_else(|| Box::new(Vec::with_capacity(4096)))),
+//!     pool: &pool,
+//! };
+//! let guard = get();
+//! std::thread::scope(|s| {
+//!     s.spawn(move || drop(guard)); // the guard is Send: its cache goes to that thread's slot
+//! });
+//! drop(get());
+//! // This thread's cache is back in its slot; the other thread's, though that thread is
+//! // gone, is kept for the retention.
+//! assert_eq!(pool.live(), 2);
+//! // Nobody uses the pool: the scans revoke this thread's id, and once both slots have
+//! // been above the high water for the retention, both caches go.
+//! sched.advance(Duration::from_secs(2));
+//! assert_eq!(pool.live(), 0);
+//! ```
+//!
 //! # Example: a parallel cleanup on idle CPU
 //!
 //! [`Scheduler::run_chunked`] splits a big job into chunks that the caller runs at its own
@@ -361,6 +405,12 @@
 //!   slot while its owner holds the `&mut T`; the owners' side stays free of atomic
 //!   read-modify-write (the reader pays a `membarrier`). Neither the compaction scan nor
 //!   a thread's exit ever waits for a reader.
+//! - `PerCid::take`, `put` and `try_borrow` follow `with`'s protocol (one pin each, no
+//!   lock), and where `with` would panic on nesting they return `None` or give the value
+//!   back. A `SlotGuard` excludes readers and trims for its whole life.
+//! - With a retention, a slot is trimmed only once it has stayed above the high water
+//!   that long, and then exactly once. A scan visits only the `PerCid`s that may have
+//!   slots above the high water: idle ones cost it nothing.
 //!
 //! `tests/README.md` in the repository lists, for each guarantee, the tests and loom models
 //! that pin it.

@@ -204,6 +204,20 @@ impl<T: Send + 'static> PerCid<T> {
 /// The calling thread's slot of a [`PerCid`], borrowed: see
 /// [`PerCid::try_borrow`]. Derefs mutably to the value; `!Send`; lets the slot and the
 /// thread's id go when dropped.
+///
+/// It cannot leave its thread (the id it pins is its thread's):
+///
+/// ```compile_fail
+/// use nicework::{IdSpace, PerCid, Scheduler};
+///
+/// let sched = Scheduler::manual();
+/// let ids = IdSpace::new(&sched);
+/// let slots: PerCid<u64> = PerCid::new(&ids, || 0);
+/// let guard = slots.try_borrow().unwrap();
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard));
+/// });
+/// ```
 pub struct SlotGuard<'a, T: Send + 'static> {
     /// The access to the slot's value, which always holds one. Declared first: it ends
     /// before the borrow lets the slot go.

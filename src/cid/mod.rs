@@ -15,8 +15,12 @@
 //! - `ids.rs`: the set of owned ids (lowest free first).
 //! - `barrier.rs`: the light and heavy barriers (`membarrier`, or fences).
 //! - `percid.rs`: [`PerCid`], per-id slots; `owner.rs`, `with`'s straight line and cold
-//!   paths; `slots.rs`, the shrinking bucket arrays and the owners' slot cache; `reader.rs`,
-//!   the protocol of `PerCid::for_each` beside the owners.
+//!   paths (and `take`/`put`'s); `lending.rs`, `take`, `put`, `try_borrow` and
+//!   [`SlotGuard`]; `slots.rs`, the shrinking bucket arrays and the owners' slot cache;
+//!   `reader.rs`, the protocol of `PerCid::for_each` beside the owners.
+//! - `reach.rs`: which `PerCid`s a trim must visit (the space's index of its storages by
+//!   the highest id they may hold a value for); `retention.rs`, the high water's recent
+//!   drops, from which a trim with a retention takes its threshold.
 //!
 //! The user-space counterpart of Linux rseq `mm_cid`: a runtime indexes per-id data
 //! (counters, caches, arenas) by a small dense id, and the id space shrinks when its
@@ -38,7 +42,10 @@
 //!    held, so an idle space costs nothing.
 //! 6. [`PerCid`] slots above the high water are passed to `on_reclaim` exactly once, then
 //!    dropped, and the slot arrays wholly above it are freed (`slots.rs`). If the space's
-//!    scheduler is gone, the trim runs when a thread exits instead of at each scan.
+//!    scheduler is gone, the trim runs when a thread exits instead of at each scan. With a
+//!    [retention](PerCid::retention), a slot is trimmed only once it has stayed above the
+//!    high water for it (`retention.rs`). A scan visits only the `PerCid`s whose slots
+//!    may lie above the high water (`reach.rs`): the others cost it nothing.
 //! 7. `enter()` on an id the thread already holds does no atomic read-modify-write: a
 //!    thread-local lookup (two loads, compared with the space's address), a relaxed load
 //!    and store of its pin word (the store also counts the enter for the scan), a compiler
@@ -58,6 +65,11 @@
 //!    in `reader.rs`.
 //! 10. After a shrink from N to M threads, one scan after the survivors moved down, a
 //!     `PerCid`'s heap is what a fresh one used by M threads holds (`tests/costs/percid_shrink.rs`).
+//! 11. [`PerCid::take`], [`PerCid::put`] and [`PerCid::try_borrow`] are `with`'s protocol
+//!     with another shape (`lending.rs`): a value taken out is the caller's; `put` fills
+//!     the slot as a first value does; a [`SlotGuard`] holds the pin and the borrow until
+//!     it drops. Where `with` would panic (the slot borrowed by this thread, or visited by
+//!     its own reader) they return `None`, or the value, instead.
 //!
 //! # The protocols
 //!

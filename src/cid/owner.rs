@@ -39,8 +39,9 @@ impl<T: Send + 'static> PerCid<T> {
         assert!(
             borrowed == 0,
             "PerCid::with called re-entrantly on the same PerCid: this thread's slot is \
-             already borrowed by an outer `with`; use the `&mut T` the outer closure has, or \
-             keep the nested state in a separate PerCid"
+             already borrowed by an outer `with` or SlotGuard; use the `&mut T` the outer \
+             one has, keep the nested state in a separate PerCid, or use try_borrow, which \
+             returns None here"
         );
         // SAFETY: `slot` is the slot of `cid`'s id.
         let borrow = unsafe { Borrow::<_, false>::start(cid, slot, self) };

@@ -9,11 +9,19 @@
 //!   out `&mut T` without a lock; the borrow is announced to readers as `reader.rs`
 //!   describes, with no read-modify-write.
 //! - `with`'s straight line and its cold paths are in `owner.rs`.
-//! - The compaction scan calls [`Trim::trim`] after each scan: under the gate and the
-//!   space lock it takes the values of slots at or above the high water (owned by
-//!   nobody) and unlinks the arrays wholly above it; after letting go of both it passes
-//!   each value to `on_reclaim`, exactly once, drops it, and frees the arrays. A value
-//!   taken by a trim is no longer in any slot, so no later `for_each` visits it.
+//! - `take`, `put` and `try_borrow` (`lending.rs`) are `with` in other shapes.
+//! - The compaction scan calls [`Trim::trim`] after each scan, on the storages whose
+//!   reach is above the high water (`reach.rs`) and those whose queue a reader filled:
+//!   under the gate and the space lock it takes the values of slots at or above its
+//!   threshold (the high water, or with a retention the highest high water of the last
+//!   retention: `retention.rs`; owned by nobody either way) and unlinks the arrays wholly
+//!   above it; after letting go of both it passes each value to `on_reclaim`, exactly
+//!   once, drops it, and frees the arrays. A value taken by a trim is no longer in any
+//!   slot, so no later `for_each` visits it.
+//! - `live()` counts the slots whose `filled` word is set (their owners set and clear it
+//!   as they fill and empty them, with plain stores) and the values a trim took that
+//!   `on_reclaim` has not finished, under the space lock, where a trim moves values from
+//!   one to the other.
 //! - If the space's scheduler is gone, nothing scans: the thread-exit path trims instead
 //!   (`SpaceInner::release_thread`), so memory still shrinks when threads go away.
 //! - A trim never waits for a reader (`reader.rs`): it leaves its work to the reader
@@ -250,10 +258,17 @@ impl<T> Storage<T> {
 ///   a lock or any atomic read-modify-write.
 /// - [`for_each`](Self::for_each) visits every slot from any thread while the owners keep
 ///   working (for `T: Sync`): the sum of per-thread counters, a merge of histograms.
+/// - [`take`](Self::take) and [`put`](Self::put) use the calling thread's slot as a
+///   one-value cache, for pools whose guards must be `Send`; [`try_borrow`](Self::try_borrow)
+///   is a `with` held in a [`SlotGuard`](crate::SlotGuard), which returns `None` where a
+///   nested `with` would panic.
 /// - Slots above the space's high water (ids nobody holds any more) are handed to
 ///   [`on_reclaim`](Self::on_reclaim) and dropped by the space's compaction scan, and
 ///   the slot arrays above it are freed: after the threads shrink from N to M, the
-///   storage is back to about what M threads need.
+///   storage is back to about what M threads need. A [`retention`](Self::retention)
+///   keeps them that much longer, so a value survives a short idle.
+/// - `PerCid<T>` is `UnwindSafe` and `RefUnwindSafe` where `T` is: a panic inside `with`,
+///   a guard's life or a callback leaves nicework's own state whole.
 ///
 /// # Examples
 ///
@@ -391,7 +406,9 @@ impl<T: Send + 'static> PerCid<T> {
     /// # Panics
     ///
     /// - If `f` calls `with` on the same `PerCid` (the same slot would be borrowed twice,
-    ///   as with a `RefCell`). Other `PerCid`s, even of the same space, may be nested.
+    ///   as with a `RefCell`), or a [`SlotGuard`](crate::SlotGuard) of this thread on it
+    ///   lives. Other `PerCid`s, even of the same space, may be nested. Where nesting may
+    ///   happen, [`try_borrow`](Self::try_borrow) returns `None` instead.
     /// - If it is called from inside a `for_each` callback of the same `PerCid` while that
     ///   callback visits the calling thread's own slot.
     ///
