@@ -336,8 +336,8 @@ impl<T> Buckets<T> {
 
     /// Takes the values of every slot at or above `bounds.threshold` and unlinks every
     /// array wholly at or above it. Also returns the highest id at or above
-    /// `bounds.high_water` (and below the threshold) whose slot keeps its value, and the
-    /// number of slots it looked at.
+    /// `bounds.high_water` (and below the threshold) whose slot keeps its value or whose
+    /// array stays linked (starting at that id), and counts the slots it looked at.
     ///
     /// # Safety
     ///
@@ -392,7 +392,12 @@ impl<T> Buckets<T> {
             if whole {
                 detached.arrays.push(array);
             } else {
-                // Still linked: not ours to free.
+                // Still linked: not ours to free. One that starts at or above the high
+                // water (kept for the retention) must stay below the reach, or no later
+                // trim would look at it, and it would never be freed.
+                if first >= high_water {
+                    highest_kept = highest_kept.max(Some(first));
+                }
                 std::mem::forget(array);
             }
         }
@@ -513,6 +518,17 @@ mod tests {
         assert_eq!(detached.looked_at, 29);
         // SAFETY: as above.
         assert_eq!(unsafe { buckets.count_filled(20) }, 9);
+        // An array kept linked above the high water counts as kept even if its slots are
+        // empty, so the reach stays above it and a later trim frees it.
+        let bounds = Thresholds {
+            high_water: 2,
+            threshold: 8,
+            reach: 9,
+        };
+        // SAFETY: as above.
+        let (detached, kept) = unsafe { buckets.detach_above(bounds) };
+        assert_eq!(detached.values, [8]);
+        assert_eq!(kept, Some(7));
         assert_eq!(buckets_between(0, 0), 0..0);
         assert_eq!(buckets_between(3, 7), 2..3);
         assert_eq!(buckets_between(0, usize::MAX), 0..BUCKETS);
