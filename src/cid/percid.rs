@@ -590,8 +590,11 @@ impl<T: Send + 'static> PerCid<T> {
     /// lowest free one, so usually) finds its value; one that gets another id finds that
     /// slot's. The default, zero, trims at the first scan that finds a slot above the
     /// high water, and the space's promises about memory hold as stated; with a retention
-    /// they hold once it has passed. The slots of a space whose ids are all released are
-    /// trimmed when their retention passes, by one more run of its compaction work.
+    /// they hold once it has passed. While slots wait for their retention in a space whose
+    /// ids are all released, its compaction work keeps running once a scan period (or
+    /// sooner, at the retention's end) until they are trimmed, then parks. Once the
+    /// space's scheduler is gone, a slot whose retention has passed is trimmed at the
+    /// next thread exit, as slots without one are.
     ///
     /// It applies from the next high-water drop: slots already above the high water when
     /// it is set may be trimmed at the next scan. Set it when the `PerCid` is made. Any
