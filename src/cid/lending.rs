@@ -143,8 +143,9 @@ impl<T: Send + 'static> PerCid<T> {
     /// dropped; [`for_each`](Self::for_each) waits for it as it waits for a `with`, and
     /// trims never take its value. It never panics where `with` would: it returns `None`
     /// inside a `with` or another `SlotGuard` of this thread on this `PerCid`, and inside
-    /// a `for_each` callback that is visiting this thread's slot, so a pool (an iterator
-    /// that holds its cache across user code, say) falls back to a value of its own there.
+    /// any `for_each` callback of this `PerCid` on this thread (the pass would wait for a
+    /// guard kept past the callback), so a pool (an iterator that holds its cache across
+    /// user code, say) falls back to a value of its own there.
     ///
     /// A `with` on this `PerCid` while a guard of the same thread lives panics, as a
     /// nested `with` does, and so does a `for_each` (it would wait for the guard); `take`
@@ -171,6 +172,12 @@ impl<T: Send + 'static> PerCid<T> {
     /// assert_eq!(scratch.with(|buffer| buffer.len()), 1);
     /// ```
     pub fn try_borrow(&self) -> Option<SlotGuard<'_, T>> {
+        if self.storage.gate.is_read_by_this_thread() {
+            // Inside a `for_each` callback of this `PerCid`: a guard may outlive the
+            // callback, and the pass would then wait for it, on its own thread, for ever
+            // (a `with`, `take` or `put` there ends before the callback does).
+            return None;
+        }
         let cid = self.space.enter();
         // SAFETY: `cid` pins its id, and its cache is its record's.
         let slot = unsafe { self.slot(cid.slot_cache(), cid.get()) };

@@ -39,7 +39,8 @@
 //! 4. After the threads using a space shrink from N to M, every id handed out is below M
 //!    by the survivors' next `enter()`, and within two scan periods at most.
 //! 5. The compaction work is an ordinary [`Work`](crate::Work); it parks while no id is
-//!    held, so an idle space costs nothing.
+//!    held, so an idle space costs nothing. (A `PerCid` retention adds one run of a
+//!    second work, when the kept slots may go.)
 //! 6. [`PerCid`] slots above the high water are passed to `on_reclaim` exactly once, then
 //!    dropped, and the slot arrays wholly above it are freed (`slots.rs`). If the space's
 //!    scheduler is gone, the trim runs when a thread exits instead of at each scan. With a

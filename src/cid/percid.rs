@@ -591,10 +591,13 @@ impl<T: Send + 'static> PerCid<T> {
     /// slot's. The default, zero, trims at the first scan that finds a slot above the
     /// high water, and the space's promises about memory hold as stated; with a retention
     /// they hold once it has passed. While slots wait for their retention in a space whose
-    /// ids are all released, its compaction work keeps running once a scan period (or
-    /// sooner, at the retention's end) until they are trimmed, then parks. Once the
-    /// space's scheduler is gone, a slot whose retention has passed is trimmed at the
-    /// next thread exit, as slots without one are.
+    /// ids are all released, the compaction work parks and a second work of the space
+    /// wakes once, when the first of them may go, so an idle space still costs no scans.
+    /// Once the space's scheduler is gone, a slot whose retention has passed is trimmed at
+    /// the next thread exit, as slots without one are. The retention is judged on the
+    /// scheduler's clock: under [`Scheduler::manual`](crate::Scheduler::manual), the
+    /// virtual one, which stops when that scheduler is dropped (what is kept then stays
+    /// until the `PerCid` is dropped).
     ///
     /// It applies from the next high-water drop: slots already above the high water when
     /// it is set may be trimmed at the next scan. Set it when the `PerCid` is made. Any

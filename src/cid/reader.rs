@@ -273,6 +273,13 @@ impl Gate {
         }
     }
 
+    /// Whether this thread holds the gate as a reader: it is inside a `for_each` callback
+    /// of this storage, somewhere up its stack.
+    pub(super) fn is_read_by_this_thread(&self) -> bool {
+        // Only this thread stores its own tag here, so a match is not stale.
+        self.reader.load(Ordering::Relaxed) == thread_tag()
+    }
+
     /// The owner's side at N: a reader flagged the slot while it was borrowed and may be
     /// waiting at W.
     #[cold]

@@ -75,6 +75,12 @@ pub(crate) struct SpaceInner {
     pub(super) threads: AtomicUsize,
     /// I: the compaction work. Its closure holds a `Weak` to this space.
     pub(super) work: Work,
+    /// I: the work that trims slots kept for a retention once it passes, while no id is
+    /// held (the compaction work is parked then: `scan`). Its closure holds a `Weak` to
+    /// this space.
+    retention_work: Work,
+    /// I: the compaction work's period.
+    period: Duration,
     /// I: the fork generation the space was made in: in a forked child its lock may have
     /// been held by a thread that is gone, so the child never takes it (see
     /// `in_forked_child`).
@@ -111,10 +117,10 @@ impl SpaceInner {
     pub(crate) fn new(scheduler: &Scheduler, period: Duration) -> Arc<SpaceInner> {
         barrier::init();
         Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
-            let weak = weak.clone();
+            let for_scan = weak.clone();
             let work = scheduler
-                .every(period, move |cx| match weak.upgrade() {
-                    Some(space) => space.scan(cx.period()),
+                .every(period, move |_| match for_scan.upgrade() {
+                    Some(space) => space.scan(),
                     None => Next::Stop,
                 })
                 .named("nicework.cid-compaction")
@@ -123,6 +129,14 @@ impl SpaceInner {
                 .leeway(period / 4);
             // Parked until the first id is taken.
             work.cancel();
+            let for_retention = weak.clone();
+            let retention_work = scheduler
+                .work(move |_| match for_retention.upgrade() {
+                    Some(space) => space.trim_retained(),
+                    None => Next::Stop,
+                })
+                .named("nicework.cid-retention")
+                .leeway(period / 4);
             SpaceInner {
                 serial: next_serial(),
                 state: Mutex::new(SpaceState {
@@ -136,6 +150,8 @@ impl SpaceInner {
                 high_water: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
                 work,
+                retention_work,
+                period,
                 fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
                 trim_visits: std::sync::atomic::AtomicU64::new(0),
@@ -229,7 +245,7 @@ impl SpaceInner {
         shrink(&mut state.threads);
         drop(state);
         // Something changed: let the compaction work trim storage above the high water.
-        self.work.touch();
+        self.wake_scan();
         if self.work.scheduler_is_shut_down() {
             // Nothing scans any more: trim here, so memory still follows the threads.
             self.trim_all();
@@ -245,19 +261,19 @@ impl SpaceInner {
             let mut state = lock(&self.state);
             let high_water = state.ids.high_water();
             let mut trims = state.reach.above(high_water);
-            if !state.drains.is_empty() {
-                for drain in std::mem::take(&mut state.drains) {
-                    if let Some(trim) = drain.upgrade() {
-                        trim.reachable()
-                            .drain_requested
-                            .store(false, Ordering::Relaxed);
-                        trims.push(trim);
-                    }
+            for drain in std::mem::take(&mut state.drains) {
+                if let Some(trim) = drain.upgrade() {
+                    trim.reachable()
+                        .drain_requested
+                        .store(false, Ordering::Relaxed);
+                    trims.push(trim);
                 }
-                // A storage both above the high water and with values to drain: once.
-                trims.sort_unstable_by_key(|trim| trim.reachable().serial);
-                trims.dedup_by_key(|trim| trim.reachable().serial);
             }
+            // Oldest storage first, whatever the index's order (serial numbers differ from
+            // run to run, and loom needs the same steps in the same order each time), and a
+            // storage both above the high water and with values to drain only once.
+            trims.sort_unstable_by_key(|trim| trim.reachable().serial);
+            trims.dedup_by_key(|trim| trim.reachable().serial);
             trims
         };
         let mut leftover = Leftover::Nothing;
@@ -280,6 +296,12 @@ impl SpaceInner {
         leftover
     }
 
+    /// Makes the compaction work run within a scan period: arms it if it is parked
+    /// (a touch during its run is never lost either).
+    fn wake_scan(&self) {
+        self.work.touch();
+    }
+
     /// Asks the compaction work to visit `storage` within a scan period, whatever its
     /// reach: a reader detached values into its queue, which the work's trim passes to
     /// `on_reclaim`.
@@ -290,7 +312,7 @@ impl SpaceInner {
         if !storage.drain_requested.swap(true, Ordering::Relaxed) {
             lock(&self.state).drains.push(storage.storage.clone());
         }
-        self.work.touch();
+        self.wake_scan();
     }
 
     /// A trim of `storage`: runs `detach` under the space lock with the storage's
@@ -435,14 +457,14 @@ impl SpaceInner {
         self.publish(&mut state);
         drop(state);
         if current == NO_ID {
-            self.work.touch();
+            self.wake_scan();
         }
         id
     }
 
     /// One compaction scan: revokes the ids of threads that did not enter since the
     /// previous scan, then trims per-id storage above the new high water.
-    fn scan(&self, period: Duration) -> Next {
+    fn scan(&self) -> Next {
         let mut state = lock(&self.state);
         self.revoke_idle(&mut state);
         shrink(&mut state.threads);
@@ -454,17 +476,39 @@ impl SpaceInner {
         if held > 0 {
             return Next::Again;
         }
-        // Nothing held: nothing can go idle or shrink, so park until the next acquire,
-        // unless slots kept for a retention wait for it to pass. Never later than a
-        // period: an acquire or an exit only touches the work, which leaves an armed
-        // work's deadline as it is.
+        // Nothing held: nothing can go idle or shrink, so park until the next acquire.
+        // Slots kept for a retention are the retention work's, which sleeps until the
+        // first of them can go: an idle space wakes once for it, not once a period.
         match leftover {
             Leftover::Nothing => Next::Park,
             Leftover::Deferred => Next::Again,
             Leftover::RetainedUntil(until) => {
-                Next::After(Duration::from_nanos(until.saturating_sub(self.now_ns())).min(period))
+                self.retention_work.schedule_within(self.nanos_until(until));
+                Next::Park
             }
         }
+    }
+
+    /// The retention work's run: trims what is due, then sleeps until the next slot kept
+    /// for a retention can go, unless ids are held (then the compaction work scans every
+    /// period and trims it).
+    fn trim_retained(&self) -> Next {
+        let leftover = self.trim_all();
+        if self.held.load(Ordering::Relaxed) > 0 {
+            return Next::Park;
+        }
+        match leftover {
+            Leftover::Nothing => Next::Park,
+            // A reader holds a gate: it detaches what it can, and this comes back for
+            // the rest a scan period later.
+            Leftover::Deferred => Next::After(self.period),
+            Leftover::RetainedUntil(until) => Next::After(self.nanos_until(until)),
+        }
+    }
+
+    /// The time from now to `until` on the space's clock.
+    fn nanos_until(&self, until: u64) -> Duration {
+        Duration::from_nanos(until.saturating_sub(self.now_ns()))
     }
 
     /// Storages and slots the trims visited since the space was made.

@@ -211,3 +211,37 @@ fn a_high_water_that_comes_back_up_restarts_the_count() {
     keeper.exit();
     idle.exit();
 }
+
+#[test]
+fn a_retention_that_never_ends_costs_an_idle_space_no_scans_and_ids_still_compact() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let (slots, reclaimed) = counted(&ids, Duration::MAX);
+    let gone = Owner::start();
+    gone.run(put_step(&slots, 5));
+    gone.exit();
+    sched.advance(SCAN);
+    let runs = ids.compaction_stats().runs;
+    for _ in 0..50 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(
+        ids.compaction_stats().runs,
+        runs,
+        "an idle space kept scanning"
+    );
+    // A thread that enters brings the work back: its id is revoked once it idles.
+    let visitor = Owner::start();
+    visitor.run({
+        let ids = ids.clone();
+        move || drop(ids.enter())
+    });
+    assert_eq!(ids.held(), 1);
+    for _ in 0..3 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(ids.held(), 0);
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
+    assert_eq!(slots.live(), 1);
+    visitor.exit();
+}

@@ -201,3 +201,48 @@ fn per_cid_is_as_unwind_safe_as_its_values() {
     let result = catch_unwind(|| counts.with(|n| *n += 1));
     assert!(result.is_ok());
 }
+
+#[test]
+fn a_guard_asked_for_inside_a_for_each_callback_of_the_same_per_cid_is_refused() {
+    // A guard made there could be kept past the callback; the pass would then wait for it
+    // at this thread's own slot, on this thread, for ever. `with`, `take` and `put` end
+    // inside the callback and still work on a slot that is only flagged.
+    let sched = Scheduler::manual();
+    let ids = IdSpace::new(&sched);
+    let slots: Arc<PerCid<u64>> = Arc::new(PerCid::new(&ids, || 7));
+    let low = Owner::start();
+    low.run({
+        let slots = slots.clone();
+        move || slots.with(|n| *n = 1)
+    });
+    crate::common::percid::finishes("a for_each whose callback asks for a guard", {
+        let slots = slots.clone();
+        move || {
+            slots.with(|n| *n = 2);
+            let other: PerCid<u64> = PerCid::new(&ids, || 0);
+            other.with(|n| *n = 1);
+            let mut nested = 0;
+            let mut kept = None;
+            let mut refused = 0;
+            slots.for_each(|value| {
+                match slots.try_borrow() {
+                    Some(guard) => kept = Some(guard),
+                    None => refused += 1,
+                }
+                // Nested inside another PerCid's pass as well.
+                other.for_each(|_| {
+                    assert!(slots.try_borrow().is_none());
+                    nested += 1;
+                });
+                if *value == 1 {
+                    // The other thread's slot: this thread's own is only flagged.
+                    slots.with(|_| ());
+                }
+            });
+            assert_eq!((refused, nested), (2, 2));
+            assert!(kept.is_none());
+            assert_eq!(*slots.try_borrow().unwrap(), 2);
+        }
+    });
+    low.exit();
+}
