@@ -75,10 +75,13 @@ pub(crate) struct SpaceInner {
     pub(super) threads: AtomicUsize,
     /// I: the compaction work. Its closure holds a `Weak` to this space.
     pub(super) work: Work,
-    /// I: the work that trims slots kept for a retention once it passes, while no id is
-    /// held (the compaction work is parked then: `scan`). Its closure holds a `Weak` to
-    /// this space.
-    retention_work: Work,
+    /// The work that trims slots kept for a retention once it passes, while no id is held
+    /// (the compaction work is parked then: `scan`); made by the first scan that needs
+    /// it, so a space whose `PerCid`s keep nothing has one work only. Its closure holds a
+    /// `Weak` to this space. (A std `OnceLock`: loom models set no retention.)
+    retention_work: std::sync::OnceLock<Work>,
+    /// I: this space, for the retention work's closure.
+    me: Weak<SpaceInner>,
     /// I: the compaction work's period.
     period: Duration,
     /// I: the fork generation the space was made in: in a forked child its lock may have
@@ -119,8 +122,8 @@ impl SpaceInner {
         Arc::new_cyclic(|weak: &Weak<SpaceInner>| {
             let for_scan = weak.clone();
             let work = scheduler
-                .every(period, move |_| match for_scan.upgrade() {
-                    Some(space) => space.scan(),
+                .every(period, move |cx| match for_scan.upgrade() {
+                    Some(space) => space.scan(cx.scheduler()),
                     None => Next::Stop,
                 })
                 .named("nicework.cid-compaction")
@@ -129,14 +132,7 @@ impl SpaceInner {
                 .leeway(period / 4);
             // Parked until the first id is taken.
             work.cancel();
-            let for_retention = weak.clone();
-            let retention_work = scheduler
-                .work(move |_| match for_retention.upgrade() {
-                    Some(space) => space.trim_retained(),
-                    None => Next::Stop,
-                })
-                .named("nicework.cid-retention")
-                .leeway(period / 4);
+            let me = weak.clone();
             SpaceInner {
                 serial: next_serial(),
                 state: Mutex::new(SpaceState {
@@ -150,7 +146,8 @@ impl SpaceInner {
                 high_water: AtomicUsize::new(0),
                 threads: AtomicUsize::new(0),
                 work,
-                retention_work,
+                retention_work: std::sync::OnceLock::new(),
+                me,
                 period,
                 fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
@@ -464,7 +461,7 @@ impl SpaceInner {
 
     /// One compaction scan: revokes the ids of threads that did not enter since the
     /// previous scan, then trims per-id storage above the new high water.
-    fn scan(&self) -> Next {
+    fn scan(&self, scheduler: &Scheduler) -> Next {
         let mut state = lock(&self.state);
         self.revoke_idle(&mut state);
         shrink(&mut state.threads);
@@ -483,7 +480,17 @@ impl SpaceInner {
             Leftover::Nothing => Next::Park,
             Leftover::Deferred => Next::Again,
             Leftover::RetainedUntil(until) => {
-                self.retention_work.schedule_within(self.nanos_until(until));
+                let retention_work = self.retention_work.get_or_init(|| {
+                    let me = self.me.clone();
+                    scheduler
+                        .work(move |_| match me.upgrade() {
+                            Some(space) => space.trim_retained(),
+                            None => Next::Stop,
+                        })
+                        .named("nicework.cid-retention")
+                        .leeway(self.period / 4)
+                });
+                retention_work.schedule_within(self.nanos_until(until));
                 Next::Park
             }
         }
