@@ -1,2 +1,5 @@
 #![cfg(loom)]
-//! Loom models of nicework live in `tests/`; this crate only hosts them.
+//! Loom models of nicework live in `tests/`; this crate only hosts them, and what the
+//! `PerCid` models share.
+
+pub mod percid_fixtures;

@@ -8,58 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
-use nicework::{IdSpace, PerCid, Scheduler};
+use loom_tests::percid_fixtures::{Count, check, counters, sum};
+use nicework::{IdSpace, Scheduler};
 
 const SCAN: Duration = Duration::from_millis(100);
-
-/// A count the owner writes through `&mut` and the reader reads through `&`.
-struct Count(UnsafeCell<u64>);
-
-// SAFETY: shared access only reads (`get`); writes need `&mut` (`add`), which `PerCid`
-// hands out exclusively. This is the property the models check.
-unsafe impl Sync for Count {}
-
-impl Count {
-    fn new() -> Count {
-        Count(UnsafeCell::new(0))
-    }
-
-    fn add(&mut self) {
-        // SAFETY: `&mut self` (loom checks the claim).
-        self.0.with_mut(|count| unsafe { *count += 1 });
-    }
-
-    fn get(&self) -> u64 {
-        // SAFETY: a shared read (loom checks it against writers).
-        self.0.with(|count| unsafe { *count })
-    }
-}
-
-fn counters(ids: &IdSpace, folded: &Arc<AtomicU64>) -> Arc<PerCid<Count>> {
-    let folded = folded.clone();
-    Arc::new(PerCid::with_reclaim(
-        ids,
-        Count::new,
-        move |count: &mut Count| {
-            folded.fetch_add(count.get(), Ordering::SeqCst);
-        },
-    ))
-}
-
-fn sum(counters: &PerCid<Count>) -> u64 {
-    let mut sum = 0;
-    counters.for_each(|count| sum += count.get());
-    sum
-}
-
-fn check(f: impl Fn() + Sync + Send + 'static) {
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(f);
-}
 
 /// An owner puts a count, takes it out, counts and puts it back, while a reader sums: the
 /// reader sees 0 or 1, never the count while it is out, and nothing overlaps.

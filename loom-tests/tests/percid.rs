@@ -16,60 +16,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::thread;
+use loom_tests::percid_fixtures::{Count, check, counters, sum};
 use nicework::{IdSpace, PerCid, Scheduler};
 
 const SCAN: Duration = Duration::from_millis(100);
 
-/// A count the owner writes through `&mut` and the reader reads through `&`.
-struct Count(UnsafeCell<u64>);
-
-// SAFETY: shared access only reads (`get`); writes need `&mut` (`add`), which `PerCid`
-// hands out exclusively. This is the property the models check.
-unsafe impl Sync for Count {}
-
-impl Count {
-    fn add(&mut self) {
-        // SAFETY: `&mut self` (loom checks the claim).
-        self.0.with_mut(|count| unsafe { *count += 1 });
-    }
-
-    fn get(&self) -> u64 {
-        // SAFETY: a shared read (loom checks it against writers).
-        self.0.with(|count| unsafe { *count })
-    }
-}
-
-fn counters(ids: &IdSpace, folded: &Arc<AtomicU64>) -> Arc<PerCid<Count>> {
-    let folded = folded.clone();
-    Arc::new(PerCid::with_reclaim(
-        ids,
-        || Count(UnsafeCell::new(0)),
-        move |count: &mut Count| {
-            folded.fetch_add(count.get(), Ordering::SeqCst);
-        },
-    ))
-}
-
 fn count_once(counters: &Arc<PerCid<Count>>) -> thread::JoinHandle<()> {
     let counters = counters.clone();
     thread::spawn(move || counters.with(Count::add))
-}
-
-/// Runs a model with a branch bound above loom's default of 1,000, which two scans, the
-/// gate's condvar and four threads exceed.
-fn check(f: impl Fn() + Sync + Send + 'static) {
-    let mut model = loom::model::Builder::new();
-    model.max_branches = 20_000;
-    model.check(f);
-}
-
-fn sum(counters: &PerCid<Count>) -> u64 {
-    let mut sum = 0;
-    counters.for_each(|count| sum += count.get());
-    sum
 }
 
 /// Two threads counted once each and went idle (ids 0 and 1). Then, at once: an owner
@@ -162,16 +118,12 @@ fn a_trim_at_exit_whose_callback_enters_the_space() {
             let folded = folded.clone();
             Arc::new_cyclic(|this: &std::sync::Weak<PerCid<Count>>| {
                 let this = this.clone();
-                PerCid::with_reclaim(
-                    &ids,
-                    || Count(UnsafeCell::new(0)),
-                    move |count: &mut Count| {
-                        folded.fetch_add(count.get(), Ordering::SeqCst);
-                        if let Some(counters) = this.upgrade() {
-                            counters.with(|_| ());
-                        }
-                    },
-                )
+                PerCid::with_reclaim(&ids, Count::new, move |count: &mut Count| {
+                    folded.fetch_add(count.get(), Ordering::SeqCst);
+                    if let Some(counters) = this.upgrade() {
+                        counters.with(|_| ());
+                    }
+                })
             })
         };
         drop(sched);

@@ -32,6 +32,16 @@ fn put_step(slots: &Arc<PerCid<u64>>, value: u64) -> impl FnOnce() + Send + 'sta
     move || slots.put(value).unwrap()
 }
 
+/// A keeper (id 0, which `scan_with` keeps busy) and a thread that will idle (id 1),
+/// each with a value put in its slot.
+fn keeper_and_idle(slots: &Arc<PerCid<u64>>) -> (Owner, Owner) {
+    let keeper = Owner::start();
+    keeper.run(put_step(slots, 1));
+    let idle = Owner::start();
+    idle.run(put_step(slots, 2));
+    (keeper, idle)
+}
+
 /// Advances one scan period with `keeper` entering first, so it keeps its id.
 fn scan_with(sched: &Scheduler, keeper: &Owner, ids: &Arc<IdSpace>) {
     let ids = ids.clone();
@@ -44,10 +54,7 @@ fn no_trim_within_the_retention_one_after_it_exactly_once() {
     let sched = Scheduler::manual();
     let ids = Arc::new(IdSpace::new(&sched));
     let (slots, reclaimed) = counted(&ids, RETENTION);
-    let keeper = Owner::start();
-    keeper.run(put_step(&slots, 1));
-    let idle = Owner::start();
-    idle.run(put_step(&slots, 2));
+    let (keeper, idle) = keeper_and_idle(&slots);
     assert_eq!(ids.high_water(), 2);
     // Two scans revoke the idle thread's id: the high water drops to 1.
     scan_with(&sched, &keeper, &ids);
@@ -80,10 +87,7 @@ fn a_thread_back_within_the_retention_finds_its_value() {
     let sched = Scheduler::manual();
     let ids = Arc::new(IdSpace::new(&sched));
     let (slots, reclaimed) = counted(&ids, RETENTION);
-    let keeper = Owner::start();
-    keeper.run(put_step(&slots, 1));
-    let idle = Owner::start();
-    idle.run(put_step(&slots, 2));
+    let (keeper, idle) = keeper_and_idle(&slots);
     for _ in 0..8 {
         scan_with(&sched, &keeper, &ids);
     }
@@ -179,10 +183,7 @@ fn a_high_water_that_comes_back_up_restarts_the_count() {
     let sched = Scheduler::manual();
     let ids = Arc::new(IdSpace::new(&sched));
     let (slots, reclaimed) = counted(&ids, RETENTION);
-    let keeper = Owner::start();
-    keeper.run(put_step(&slots, 1));
-    let idle = Owner::start();
-    idle.run(put_step(&slots, 2));
+    let (keeper, idle) = keeper_and_idle(&slots);
     // Idle for 700 ms (revoked after two scans), then back for a moment (it retakes id 1
     // and its value stays), then idle again.
     for _ in 0..7 {
