@@ -46,6 +46,10 @@ impl<T: Send + 'static> PerCid<T> {
     /// `with` or a [`SlotGuard`] of this thread on this `PerCid` (the slot is borrowed),
     /// or inside a `for_each` callback that is visiting this thread's slot.
     ///
+    /// `take` and `put` move the value: keep `T` a word (box a large cache, as
+    /// regex-automata's pool does) and the pair costs about three `with` calls (6.6 ns
+    /// here); a 24-byte `Vec` moved through memory costs several times that.
+    ///
     /// # Examples
     ///
     /// A pool whose guard is `Send`: it holds the value, not the slot.
