@@ -18,6 +18,7 @@
 //!   paths (and `take`/`put`'s); `lending.rs`, `take`, `put`, `try_borrow` and
 //!   [`SlotGuard`]; `slots.rs`, the shrinking bucket arrays and the owners' slot cache;
 //!   `reader.rs`, the protocol of `PerCid::for_each` beside the owners.
+//! - `reclaimer.rs`: the reclaim queue, between a trim and `on_reclaim`.
 //! - `reach.rs`: which `PerCid`s a trim must visit (the space's index of its storages by
 //!   the highest id they may hold a value for); `retention.rs`, the high water's recent
 //!   drops, from which a trim with a retention takes its threshold.
@@ -89,6 +90,7 @@ mod percid;
 mod pin;
 mod reach;
 mod reader;
+mod reclaimer;
 mod record;
 mod registry;
 mod retention;

@@ -27,21 +27,12 @@
 //! - A trim never waits for a reader (`reader.rs`): it leaves its work to the reader
 //!   holding the gate, whose `for_each` detaches after its pass and queues the values
 //!   for the compaction work (`DeferredTrim`). `on_reclaim` never runs on a reader's
-//!   or an owner's stack, which may be inside a `with` the callback needs. Readers visit
-//!   the queue too (taking the values out while they visit, so no lock is held during
-//!   the callback), so a value is always either in a slot, queued (both visited), or
-//!   in an `on_reclaim` call. Readers and drainers both take one value at a time out of
-//!   the queue, so neither keeps the other from the rest: a sum misses at most the value
-//!   in the callback, and a reader in a loop cannot stall the drain.
+//!   or an owner's stack, which may be inside a `with` the callback needs.
+//! - The values a trim took wait in the reclaim queue (`reclaimer.rs`): readers visit
+//!   them there, one reclaimer at a time passes them to the callback, each exactly once.
 //! - A trim inside its own thread's `on_reclaim` calls (a callback whose `with` made a
 //!   late id during a thread exit) returns at once: it would pass the value that `with`
 //!   just made straight back to the callback, for ever.
-//! - **One reclaimer at a time.** Trims can run on several threads at once (the worker,
-//!   exiting threads, readers), and the callback is taken out of its mutex while it runs
-//!   (so that it may set another). A trim queues the values it took; whichever trim
-//!   finds no one draining the queue passes every queued value to the callback, until the
-//!   queue is empty. No trim waits for another's callbacks, and none finds the callback
-//!   missing while another runs it.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -50,33 +41,19 @@ use super::handle::IdSpace;
 use super::owner::Borrow;
 use super::reach::Reachable;
 use super::reader::{Gate, thread_tag};
+use super::reclaimer::Reclaimer;
 use super::registry;
 use super::slots::Buckets;
 use super::space::{Leftover, SpaceInner, Trim};
-use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
 
 type Init<T> = Box<dyn Fn() -> T + Send + Sync>;
-type Reclaim<T> = Box<dyn FnMut(&mut T) + Send>;
 
 /// A serial number for a new storage: unique in the process (0 is never given out).
 fn next_storage_serial() -> u64 {
     // A std atomic: it is not part of any modelled protocol.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-/// The reclaim callback and the values waiting for it (see the module docs).
-struct Reclaimer<T> {
-    /// Taken out while a trim runs it, so it may set another.
-    callback: Option<Reclaim<T>>,
-    /// Values trims took, waiting for the callback.
-    queue: Vec<T>,
-    /// Values waiting for the callback that the reader visiting the queue has seen; put
-    /// back into `queue` when its visit ends (one reader at a time: the gate).
-    visited: Vec<T>,
-    /// The tag of the thread passing the queue to the callback, or 0.
-    drainer: usize,
 }
 
 /// Tags (the legend is in `sync`): `I:`, `A:`, `G:` the gate (see `slots.rs` and
@@ -91,11 +68,11 @@ pub(super) struct Storage<T> {
     /// I: makes a slot's first value.
     pub(super) init: Init<T>,
     /// R: the reclaim callback and its queue.
-    reclaimer: Mutex<Reclaimer<T>>,
+    pub(super) reclaimer: Mutex<Reclaimer<T>>,
     /// A: values a trim took that are queued or in an `on_reclaim` call: a trim adds
     /// under the space lock; a reclaim subtracts after the callback and the drop, with
     /// release, so a reader of `live()` sees what the callback did.
-    reclaiming: AtomicUsize,
+    pub(super) reclaiming: AtomicUsize,
     /// S (the space lock): the storage's entry in the space's index (`reach.rs`).
     pub(super) reachable: Reachable,
 }
@@ -157,97 +134,6 @@ impl<T> Storage<T> {
         // The arrays hold no values any more; freeing them runs no user code.
         drop(arrays);
         leftover
-    }
-
-    /// A reader's visit of the values queued for the callback: they are neither in a slot
-    /// nor passed on yet, and a sum must not miss them. The reader takes one value at a
-    /// time out of the queue while it visits it (no lock is held while `visit` runs), so a
-    /// drainer can pass on every other value meanwhile, and a reader that is slow or in a
-    /// loop cannot keep the queue from draining.
-    fn visit_queued(&self, visit: &mut impl FnMut(&T)) {
-        /// Puts the visited values back into the queue when the visit ends, also on a panic.
-        struct Merge<'s, T>(&'s Storage<T>);
-        impl<T> Drop for Merge<'_, T> {
-            fn drop(&mut self) {
-                let mut reclaimer = lock(&self.0.reclaimer);
-                let visited = std::mem::take(&mut reclaimer.visited);
-                reclaimer.queue.extend(visited);
-            }
-        }
-        /// The value being visited; into `visited` afterwards, also on a panic.
-        struct Held<'s, T> {
-            storage: &'s Storage<T>,
-            value: Option<T>,
-        }
-        impl<T> Drop for Held<'_, T> {
-            fn drop(&mut self) {
-                if let Some(value) = self.value.take() {
-                    lock(&self.storage.reclaimer).visited.push(value);
-                }
-            }
-        }
-        let _merge = Merge(self);
-        loop {
-            let Some(value) = lock(&self.reclaimer).queue.pop() else {
-                return;
-            };
-            let held = Held {
-                storage: self,
-                value: Some(value),
-            };
-            if let Some(value) = &held.value {
-                visit(value);
-            }
-        }
-    }
-
-    /// Unless a thread is passing the queue to the callback already, passes it on here
-    /// (`me` is this thread's tag) until it is empty, one value at a time (see the module
-    /// docs).
-    fn drain(&self, me: usize) {
-        let mut reclaimer = lock(&self.reclaimer);
-        if reclaimer.drainer != 0 || reclaimer.queue.is_empty() && reclaimer.visited.is_empty() {
-            return;
-        }
-        reclaimer.drainer = me;
-        let mut callback: Option<Reclaim<T>> = None;
-        loop {
-            // A callback set meanwhile (by the callback itself, say) takes over.
-            if let Some(newer) = reclaimer.callback.take() {
-                if let Some(replaced) = callback.replace(newer) {
-                    // Outside the lock: its captures may call back in, or panic, as they
-                    // drop.
-                    drop(reclaimer);
-                    contain(
-                        "dropping a replaced PerCid on_reclaim callback panicked",
-                        || drop(replaced),
-                    );
-                    reclaimer = lock(&self.reclaimer);
-                    continue;
-                }
-            }
-            let next = reclaimer.queue.pop().or_else(|| reclaimer.visited.pop());
-            let Some(mut value) = next else {
-                reclaimer.callback = callback;
-                reclaimer.drainer = 0;
-                // The memory of a shrink must not stay behind in the queue's capacity.
-                reclaimer.queue = Vec::new();
-                reclaimer.visited.shrink_to_fit();
-                return;
-            };
-            drop(reclaimer);
-            if let Some(callback) = callback.as_mut() {
-                contain(
-                    "a PerCid on_reclaim callback panicked; the slot is dropped",
-                    || callback(&mut value),
-                );
-            }
-            contain("dropping a reclaimed PerCid slot panicked", move || {
-                drop(value)
-            });
-            self.reclaiming.fetch_sub(1, Ordering::Release);
-            reclaimer = lock(&self.reclaimer);
-        }
     }
 }
 

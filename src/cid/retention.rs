@@ -36,6 +36,11 @@ impl HighWaterHistory {
         self.longest = self.longest.max(retention);
     }
 
+    /// Whether drops are recorded: some `PerCid` of the space has a retention.
+    pub(super) fn is_recording(&self) -> bool {
+        self.longest > 0
+    }
+
     /// The high water dropped from `from` at `now`.
     pub(super) fn record_drop(&mut self, now: u64, from: usize) {
         if self.longest == 0 {

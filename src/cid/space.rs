@@ -202,7 +202,7 @@ impl SpaceInner {
         let high_water = state.ids.high_water();
         // Written only under the lock, so this reads the last value published.
         let before = self.high_water.load(Ordering::Relaxed);
-        if high_water < before {
+        if high_water < before && state.history.is_recording() {
             state.history.record_drop(self.now_ns(), before);
         }
         self.high_water.store(high_water, Ordering::Relaxed);
