@@ -93,7 +93,7 @@ impl<T: Send + 'static> Trim for Storage<T> {
             // late id at a thread exit, whose release trims again): taking the value that
             // `with` just made would hand it to the callback again, for ever. A later trim
             // takes it.
-            return Leftover::Deferred;
+            return Leftover::Later;
         }
         let leftover = self.detach(space);
         // Also when a reader holds the gate: values readers detached wait in the queue.
@@ -112,6 +112,13 @@ impl<T> Storage<T> {
     /// the arrays wholly above it; does nothing if a reader holds the gate (the trim is
     /// left to it).
     fn detach(&self, space: &SpaceInner) -> Leftover {
+        let kept = space.keeps_everything(&self.reachable, |from, to| {
+            // SAFETY: `keeps_everything` holds the space lock.
+            unsafe { self.buckets.highest_kept(from, to) }
+        });
+        if let Some(kept) = kept {
+            return kept;
+        }
         let (arrays, leftover) = {
             let Some(_hold) = self.gate.enter_trim() else {
                 return Leftover::Deferred;
@@ -556,16 +563,16 @@ struct DeferredTrim<'p, T: Send + 'static> {
 impl<T: Send + 'static> Drop for DeferredTrim<'_, T> {
     fn drop(&mut self) {
         let PerCid { space, storage } = self.percid;
-        if storage.gate.take_deferred_trim() {
-            storage.detach(space);
-        }
+        let kept = storage.gate.take_deferred_trim()
+            && matches!(storage.detach(space), Leftover::RetainedUntil(_));
         let waiting = {
             let reclaimer = lock(&storage.reclaimer);
             !reclaimer.queue.is_empty() && reclaimer.drainer == 0
         };
-        if waiting {
+        if waiting || kept {
             // The compaction work's next run passes them on (without a scheduler, the next
-            // thread exit's trim or the `PerCid`'s drop does).
+            // thread exit's trim or the `PerCid`'s drop does), and, if slots are kept for
+            // the retention, sees that they are woken for.
             space.request_drain(&storage.reachable);
         }
     }

@@ -67,11 +67,22 @@ impl HighWaterHistory {
         }
     }
 
-    /// When the threshold for `retention` drops next after `now`, if it is above
-    /// `current` now: the moment the entry that sets it turns `retention` old.
-    pub(super) fn next_drop(&self, now: u64, retention: u64, current: usize) -> Option<u64> {
-        let &(when, from) = self.first_within(now, retention)?;
-        (from > current).then(|| when.saturating_add(retention))
+    /// When the threshold for `retention` first falls to `id` or below, if it is above
+    /// it at `now`: the moment the latest drop from above `id` turns `retention` old.
+    /// (A trim wakes then for its highest kept slot, not at each step of the high
+    /// water's history above it.)
+    pub(super) fn when_below(&self, now: u64, retention: u64, id: usize) -> Option<u64> {
+        if retention == 0 {
+            return None;
+        }
+        // The drops from above `id` come first (the values decrease), and the latest of
+        // them sets the moment.
+        let &(when, _) = self
+            .drops
+            .iter()
+            .take_while(|&&(_, from)| from > id)
+            .last()?;
+        (now.saturating_sub(when) < retention).then(|| when.saturating_add(retention))
     }
 
     /// The oldest entry less than `retention` old at `now`.
@@ -108,7 +119,7 @@ mod tests {
         history.record_drop(10, 8);
         assert_eq!(history.threshold(11, 0, 2), 2);
         assert_eq!(history.threshold(11, 100, 2), 2);
-        assert_eq!(history.next_drop(11, 100, 2), None);
+        assert_eq!(history.when_below(11, 100, 2), None);
     }
 
     #[test]
@@ -118,9 +129,9 @@ mod tests {
         history.record_drop(10, 8);
         assert_eq!(history.threshold(10, 100, 4), 8);
         assert_eq!(history.threshold(109, 100, 4), 8);
-        assert_eq!(history.next_drop(109, 100, 4), Some(110));
+        assert_eq!(history.when_below(109, 100, 4), Some(110));
         assert_eq!(history.threshold(110, 100, 4), 4);
-        assert_eq!(history.next_drop(110, 100, 4), None);
+        assert_eq!(history.when_below(110, 100, 4), None);
         // A shorter retention of another storage of the space.
         history.record_drop(200, 4);
         assert_eq!(history.threshold(210, 20, 1), 4);
@@ -135,7 +146,7 @@ mod tests {
         history.record_drop(20, 6); // 6 -> 3
         assert_eq!(history.threshold(30, 1_000, 3), 8);
         assert_eq!(history.threshold(1_015, 1_000, 3), 6);
-        assert_eq!(history.next_drop(1_015, 1_000, 3), Some(1_020));
+        assert_eq!(history.when_below(1_015, 1_000, 3), Some(1_020));
         // Back up to 9, then down to 2: every window holding the old drops holds this one.
         history.record_drop(40, 9);
         assert_eq!(history.drops.len(), 1);
@@ -144,11 +155,25 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_slot_is_woken_for_when_the_last_drop_from_above_it_is_old() {
+        let mut history = HighWaterHistory::default();
+        history.note_retention(1_000);
+        history.record_drop(10, 8); // 8 -> 6
+        history.record_drop(20, 6); // 6 -> 3
+        // A slot at id 6 may go once the drop from 8 is old, one at id 4 only after the
+        // drop from 6: a trim wakes for the slot it keeps, not for each step above it.
+        assert_eq!(history.when_below(30, 1_000, 6), Some(1_010));
+        assert_eq!(history.when_below(30, 1_000, 4), Some(1_020));
+        assert_eq!(history.when_below(30, 1_000, 8), None);
+        assert_eq!(history.when_below(1_020, 1_000, 4), None);
+    }
+
+    #[test]
     fn huge_retentions_and_times_saturate() {
         let mut history = HighWaterHistory::default();
         history.note_retention(u64::MAX);
         history.record_drop(u64::MAX - 1, 5);
         assert_eq!(history.threshold(u64::MAX, u64::MAX, 0), 5);
-        assert_eq!(history.next_drop(u64::MAX, u64::MAX, 0), Some(u64::MAX));
+        assert_eq!(history.when_below(u64::MAX, u64::MAX, 0), Some(u64::MAX));
     }
 }

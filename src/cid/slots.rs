@@ -404,6 +404,37 @@ impl<T> Buckets<T> {
         (detached, highest_kept)
     }
 
+    /// The highest id in `from..to` whose slot holds a value, or at which a linked array
+    /// starts (a trim with nothing to take reads this without the gate: `filled` and the
+    /// bucket words are atomics).
+    ///
+    /// # Safety
+    ///
+    /// No array can be unlinked during the call (the caller holds the space lock).
+    pub(super) unsafe fn highest_kept(&self, from: usize, to: usize) -> Option<usize> {
+        let mut highest = None;
+        for bucket in buckets_between(from, to) {
+            let base = self.buckets[bucket].load(Ordering::Acquire);
+            let Some(base) = NonNull::new(base) else {
+                continue;
+            };
+            let first = first_id(bucket);
+            if first >= from {
+                highest = highest.max(Some(first));
+            }
+            let len = 1usize << bucket;
+            for id in first.max(from)..(first + len).min(to) {
+                // SAFETY: a linked array of `len` slots, kept linked (the caller's
+                // contract); `id - first < len`.
+                let slot = unsafe { &*base.as_ptr().add(id - first) };
+                if slot.filled.load(Ordering::Relaxed) != 0 {
+                    highest = highest.max(Some(id));
+                }
+            }
+        }
+        highest
+    }
+
     /// The slots that hold a value, all below `reach`.
     ///
     /// # Safety

@@ -33,9 +33,34 @@ pub(crate) enum Leftover {
     /// Values above the high water kept for the storage's retention, the first of which
     /// may be taken at this time (the scheduler's clock, in nanoseconds).
     RetainedUntil(u64),
-    /// A reader held the storage's gate: the trim is left to it, and the values it
-    /// detaches wait in the queue for the compaction work's next run.
+    /// A reader held the storage's gate: the trim is left to it. After its pass it
+    /// detaches what it can and asks for a drain if anything was queued or kept
+    /// (`request_drain`), so nothing waits on this trim.
     Deferred,
+    /// The trim ran inside this thread's own `on_reclaim` calls and left its values: a
+    /// later trim takes them.
+    Later,
+}
+
+/// What the trims of a scan left for later, together.
+#[derive(Debug, Default, Clone, Copy)]
+struct Pending {
+    /// The earliest moment a slot kept for a retention may go.
+    kept_until: Option<u64>,
+    /// A trim must run again soon (`Leftover::Later`).
+    again: bool,
+}
+
+impl Pending {
+    fn add(&mut self, leftover: Leftover) {
+        match leftover {
+            Leftover::Nothing | Leftover::Deferred => {}
+            Leftover::RetainedUntil(until) => {
+                self.kept_until = Some(self.kept_until.map_or(until, |kept| kept.min(until)));
+            }
+            Leftover::Later => self.again = true,
+        }
+    }
 }
 
 pub(crate) struct SpaceState {
@@ -251,9 +276,8 @@ impl SpaceInner {
 
     /// Runs the trims of the storages whose slots may hold values above the high water
     /// (`reach.rs`), without the space lock (trims take it themselves, and run user
-    /// callbacks). Returns what they left for later: the earliest retention to expire,
-    /// or `Deferred` if a reader has a trim to do.
-    fn trim_all(&self) -> Leftover {
+    /// callbacks). Returns what they left for later.
+    fn trim_all(&self) -> Pending {
         let trims = {
             let mut state = lock(&self.state);
             let high_water = state.ids.high_water();
@@ -273,24 +297,18 @@ impl SpaceInner {
             trims.dedup_by_key(|trim| trim.reachable().serial);
             trims
         };
-        let mut leftover = Leftover::Nothing;
+        let mut pending = Pending::default();
         for trim in trims {
             self.trim_visits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            leftover = match (leftover, trim.trim(self)) {
-                (Leftover::Deferred, _) | (_, Leftover::Deferred) => Leftover::Deferred,
-                (Leftover::RetainedUntil(a), Leftover::RetainedUntil(b)) => {
-                    Leftover::RetainedUntil(a.min(b))
-                }
-                (Leftover::Nothing, other) | (other, Leftover::Nothing) => other,
-            };
+            pending.add(trim.trim(self));
             // A trim's `on_reclaim` may have dropped the `PerCid`'s last handle: then its
             // slots' values are dropped here, and their destructors may panic.
             contain("dropping a PerCid from its trim panicked", move || {
                 drop(trim)
             });
         }
-        leftover
+        pending
     }
 
     /// Makes the compaction work run within a scan period: arms it if it is parked
@@ -324,16 +342,11 @@ impl SpaceInner {
         detach: impl FnOnce(Thresholds) -> (D, Option<usize>),
     ) -> (D, Leftover) {
         let mut state = lock(&self.state);
-        let high_water = state.ids.high_water();
-        let retention = storage.retention.load(Ordering::Relaxed);
-        let now = if retention == 0 { 0 } else { self.now_ns() };
-        let threshold = state.history.threshold(now, retention, high_water);
-        let reach = storage.reach.load(Ordering::Relaxed);
-        let (detached, highest_kept) = detach(Thresholds {
-            high_water,
-            threshold,
-            reach,
-        });
+        let (bounds, now, retention) = self.bounds(&mut state, storage);
+        let Thresholds {
+            high_water, reach, ..
+        } = bounds;
+        let (detached, highest_kept) = detach(bounds);
         // Every value at or above the threshold is gone; below the high water any slot
         // may hold one.
         let below = reach.min(high_water);
@@ -347,11 +360,84 @@ impl SpaceInner {
                 .set(storage.serial, &storage.storage, reach, lowered);
             storage.reach.store(lowered, Ordering::Relaxed);
         }
-        let leftover = match state.history.next_drop(now, retention, high_water) {
-            Some(until) if lowered > high_water => Leftover::RetainedUntil(until),
-            _ => Leftover::Nothing,
-        };
+        let leftover = self.kept(&state, now, retention, high_water, lowered);
         (detached, leftover)
+    }
+
+    /// Before a trim takes the gate: `Some` if it would take and free nothing, because
+    /// every slot `storage` may hold lies below its threshold (kept for the retention),
+    /// with what it keeps. Then a reader holding the gate does not defer the trim, and
+    /// an idle space need not come back for it before the retention passes.
+    ///
+    /// `highest_kept(from, to)` returns the highest id in `from..to` whose slot holds a
+    /// value or whose array starts there; it runs under the space lock, which keeps every
+    /// linked array linked, and must not run user code. The reach is lowered to it, so a
+    /// storage whose kept slots were emptied is not woken for.
+    pub(crate) fn keeps_everything(
+        &self,
+        storage: &Reachable,
+        highest_kept: impl FnOnce(usize, usize) -> Option<usize>,
+    ) -> Option<Leftover> {
+        if self.in_forked_child() {
+            return None;
+        }
+        let mut state = lock(&self.state);
+        let (bounds, now, retention) = self.bounds(&mut state, storage);
+        let Thresholds {
+            high_water,
+            threshold,
+            reach,
+        } = bounds;
+        if reach == FORGOTTEN || threshold < reach {
+            return None;
+        }
+        if reach <= high_water {
+            return Some(Leftover::Nothing);
+        }
+        // Ids from the high water up are owned by nobody: no owner reaches their slots
+        // without raising the reach again, under this lock.
+        let lowered = highest_kept(high_water, reach).map_or(high_water, |id| id + 1);
+        if lowered != reach {
+            state
+                .reach
+                .set(storage.serial, &storage.storage, reach, lowered);
+            storage.reach.store(lowered, Ordering::Relaxed);
+        }
+        Some(self.kept(&state, now, retention, high_water, lowered))
+    }
+
+    /// A trim's bounds for `storage` now, with the time and its retention.
+    fn bounds(&self, state: &mut SpaceState, storage: &Reachable) -> (Thresholds, u64, u64) {
+        let high_water = state.ids.high_water();
+        let retention = storage.retention.load(Ordering::Relaxed);
+        let now = if retention == 0 { 0 } else { self.now_ns() };
+        let threshold = state.history.threshold(now, retention, high_water);
+        let reach = storage.reach.load(Ordering::Relaxed);
+        let bounds = Thresholds {
+            high_water,
+            threshold,
+            reach,
+        };
+        (bounds, now, retention)
+    }
+
+    /// What a storage whose reach is `reach` keeps above the high water after a trim:
+    /// nothing, or slots the first of which (its highest) may go at the returned time.
+    fn kept(
+        &self,
+        state: &SpaceState,
+        now: u64,
+        retention: u64,
+        high_water: usize,
+        reach: usize,
+    ) -> Leftover {
+        if reach <= high_water {
+            return Leftover::Nothing;
+        }
+        match state.history.when_below(now, retention, reach - 1) {
+            Some(until) => Leftover::RetainedUntil(until),
+            None => Leftover::Nothing,
+        }
     }
 
     /// An owner of `id` is about to give its slot of `storage` a value: raises the
@@ -469,47 +555,44 @@ impl SpaceInner {
         self.publish(&mut state);
         let held = state.ids.owned();
         drop(state);
-        let leftover = self.trim_all();
-        if held > 0 {
+        let pending = self.trim_all();
+        if held > 0 || pending.again {
             return Next::Again;
         }
         // Nothing held: nothing can go idle or shrink, so park until the next acquire.
         // Slots kept for a retention are the retention work's, which sleeps until the
-        // first of them can go: an idle space wakes once for it, not once a period.
-        match leftover {
-            Leftover::Nothing => Next::Park,
-            Leftover::Deferred => Next::Again,
-            Leftover::RetainedUntil(until) => {
-                let retention_work = self.retention_work.get_or_init(|| {
-                    let me = self.me.clone();
-                    scheduler
-                        .work(move |_| match me.upgrade() {
-                            Some(space) => space.trim_retained(),
-                            None => Next::Stop,
-                        })
-                        .named("nicework.cid-retention")
-                        .leeway(self.period / 4)
-                });
-                retention_work.schedule_within(self.nanos_until(until));
-                Next::Park
-            }
+        // first of them can go: an idle space wakes once for it, not once a period. (A
+        // trim left to a reader needs nothing: the reader asks for a drain.)
+        if let Some(until) = pending.kept_until {
+            let retention_work = self.retention_work.get_or_init(|| {
+                let me = self.me.clone();
+                scheduler
+                    .work(move |_| match me.upgrade() {
+                        Some(space) => space.trim_retained(),
+                        None => Next::Stop,
+                    })
+                    .named("nicework.cid-retention")
+                    .leeway(self.period / 4)
+            });
+            retention_work.schedule_within(self.nanos_until(until));
         }
+        Next::Park
     }
 
     /// The retention work's run: trims what is due, then sleeps until the next slot kept
     /// for a retention can go, unless ids are held (then the compaction work scans every
     /// period and trims it).
     fn trim_retained(&self) -> Next {
-        let leftover = self.trim_all();
+        let pending = self.trim_all();
         if self.held.load(Ordering::Relaxed) > 0 {
             return Next::Park;
         }
-        match leftover {
-            Leftover::Nothing => Next::Park,
-            // A reader holds a gate: it detaches what it can, and this comes back for
-            // the rest a scan period later.
-            Leftover::Deferred => Next::After(self.period),
-            Leftover::RetainedUntil(until) => Next::After(self.nanos_until(until)),
+        if pending.again {
+            return Next::After(self.period);
+        }
+        match pending.kept_until {
+            Some(until) => Next::After(self.nanos_until(until)),
+            None => Next::Park,
         }
     }
 

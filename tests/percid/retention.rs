@@ -246,3 +246,154 @@ fn a_retention_that_never_ends_costs_an_idle_space_no_scans_and_ids_still_compac
     assert_eq!(slots.live(), 1);
     visitor.exit();
 }
+
+/// The runs of the space's works, by name.
+fn runs_of(sched: &Scheduler, name: &str) -> u64 {
+    let mut runs = 0;
+    sched.works(|info| {
+        if info.name == name {
+            runs = info.stats.runs;
+        }
+    });
+    runs
+}
+
+#[test]
+fn an_idle_space_wakes_once_for_a_slot_kept_behind_many_drops() {
+    // Twenty threads leave from the top, one per scan period, after the slot's own
+    // thread (id 0): the high water steps down twenty times, but the slot may go only
+    // once the last drop is a retention old, and the idle space wakes once, then.
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let retention = Duration::from_secs(5);
+    let (slots, reclaimed) = counted(&ids, retention);
+    let mut owners: Vec<Owner> = (0..20).map(|_| Owner::start()).collect();
+    for (id, owner) in owners.iter().enumerate() {
+        let (ids, slots) = (ids.clone(), slots.clone());
+        owner.run(move || {
+            assert_eq!(ids.enter().get(), id);
+            if id == 0 {
+                slots.put(7).unwrap();
+            }
+        });
+    }
+    owners.remove(0).exit();
+    let mut last_exit = sched.now();
+    while let Some(owner) = owners.pop() {
+        owner.exit();
+        last_exit = sched.now();
+        for owner in &owners {
+            let ids = ids.clone();
+            owner.run(move || drop(ids.enter()));
+        }
+        sched.advance(SCAN);
+    }
+    assert_eq!(ids.held(), 0);
+    let before = runs_of(&sched, "nicework.cid-retention");
+    while reclaimed.load(Ordering::SeqCst) == 0 {
+        assert!(sched.now() < last_exit + 2 * retention, "never trimmed");
+        sched.advance(Duration::from_millis(10));
+    }
+    assert!(
+        sched.now() >= last_exit + retention,
+        "trimmed within the retention"
+    );
+    assert_eq!(runs_of(&sched, "nicework.cid-retention") - before, 1);
+}
+
+#[test]
+fn a_reader_in_progress_does_not_keep_an_idle_space_scanning() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let (slots, _) = counted(&ids, Duration::MAX);
+    let gone = Owner::start();
+    gone.run(put_step(&slots, 5));
+    gone.exit();
+    for _ in 0..5 {
+        sched.advance(SCAN);
+    }
+    // A reader stays inside its callback, holding the gate, while a visit wakes the scan.
+    let (inside_tx, inside) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let reader = std::thread::spawn({
+        let slots = slots.clone();
+        move || {
+            slots.for_each(|_| {
+                inside_tx.send(()).unwrap();
+                released.recv().unwrap();
+            })
+        }
+    });
+    inside.recv().unwrap();
+    let visitor = Owner::start();
+    visitor.run({
+        let ids = ids.clone();
+        move || drop(ids.enter())
+    });
+    for _ in 0..3 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(ids.held(), 0);
+    let runs = ids.compaction_stats().runs;
+    for _ in 0..20 {
+        sched.advance(SCAN);
+    }
+    assert_eq!(
+        ids.compaction_stats().runs,
+        runs,
+        "an idle space kept scanning"
+    );
+    release.send(()).unwrap();
+    reader.join().unwrap();
+    visitor.exit();
+}
+
+#[test]
+fn a_thread_entering_around_the_moment_a_slot_may_go_neither_loses_nor_repeats_it() {
+    for enters_at in [0u64, 90, 110, 900, 990, 1_010, 1_050] {
+        let sched = Scheduler::manual();
+        let ids = Arc::new(IdSpace::new(&sched));
+        let (slots, reclaimed) = counted(&ids, RETENTION);
+        let keeper = Owner::start();
+        keeper.run({
+            let ids = ids.clone();
+            move || drop(ids.enter())
+        });
+        let gone = Owner::start();
+        gone.run(put_step(&slots, 5));
+        let dropped_at = sched.now();
+        gone.exit();
+        let mut entered = false;
+        while reclaimed.load(Ordering::SeqCst) == 0 {
+            let now = (sched.now() - dropped_at).as_millis() as u64;
+            assert!(now < 3_000, "entering at {enters_at} ms: never trimmed");
+            if !entered && now >= enters_at {
+                let ids = ids.clone();
+                keeper.run(move || drop(ids.enter()));
+                entered = true;
+            }
+            sched.advance(Duration::from_millis(10));
+        }
+        assert!(
+            sched.now() >= dropped_at + RETENTION,
+            "entering at {enters_at} ms: early"
+        );
+        // Then both works stop for good, and the slot went once.
+        for _ in 0..10 {
+            sched.advance(SCAN);
+        }
+        let runs =
+            runs_of(&sched, "nicework.cid-compaction") + runs_of(&sched, "nicework.cid-retention");
+        for _ in 0..50 {
+            sched.advance(SCAN);
+        }
+        let after =
+            runs_of(&sched, "nicework.cid-compaction") + runs_of(&sched, "nicework.cid-retention");
+        assert_eq!(
+            after, runs,
+            "entering at {enters_at} ms: the idle space kept running"
+        );
+        assert_eq!(reclaimed.load(Ordering::SeqCst), 1);
+        keeper.exit();
+    }
+}
