@@ -109,6 +109,26 @@ pub fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHa
 /// Waits for the `fork()`ed child `pid` at most `bound`: its exit code, or `None` if it
 /// hung (it is then killed and reaped). A child killed by a signal fails the test.
 #[cfg(unix)]
+/// Prints every thread's stack of hung child `pid` with `gdb`, where it is installed, so
+/// a hang says where it waits.
+fn print_stacks_of(pid: libc::pid_t) {
+    let stacks = std::process::Command::new("gdb")
+        .args([
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt",
+        ])
+        .output();
+    if let Ok(stacks) = stacks {
+        eprintln!(
+            "the hung child's threads:\n{}",
+            String::from_utf8_lossy(&stacks.stdout)
+        );
+    }
+}
+
 pub fn wait_for_forked_child(pid: libc::pid_t, bound: Duration) -> Option<i32> {
     let start = Instant::now();
     loop {
@@ -123,6 +143,7 @@ pub fn wait_for_forked_child(pid: libc::pid_t, bound: Duration) -> Option<i32> {
             return Some(libc::WEXITSTATUS(status));
         }
         if start.elapsed() > bound {
+            print_stacks_of(pid);
             // SAFETY: kills and reaps the caller's own child.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
