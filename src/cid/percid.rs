@@ -494,7 +494,8 @@ impl<T: Send + 'static> PerCid<T> {
     ///
     /// It applies from the next high-water drop: slots already above the high water when
     /// it is set may be trimmed at the next scan. Set it when the `PerCid` is made. Any
-    /// duration is accepted: `Duration::MAX` keeps slots until the `PerCid` is dropped.
+    /// duration is accepted: `Duration::MAX`, and anything past the scheduler's range of
+    /// about 27 years, keeps slots until the `PerCid` is dropped.
     ///
     /// # Examples
     ///
