@@ -106,11 +106,9 @@ pub fn in_a_late_destructor(f: impl FnOnce() + Send + 'static) -> thread::JoinHa
     })
 }
 
-/// Waits for the `fork()`ed child `pid` at most `bound`: its exit code, or `None` if it
-/// hung (it is then killed and reaped). A child killed by a signal fails the test.
-#[cfg(unix)]
 /// Prints every thread's stack of hung child `pid` with `gdb`, where it is installed, so
 /// a hang says where it waits.
+#[cfg(unix)]
 fn print_stacks_of(pid: libc::pid_t) {
     let stacks = std::process::Command::new("gdb")
         .args([
@@ -129,6 +127,9 @@ fn print_stacks_of(pid: libc::pid_t) {
     }
 }
 
+/// Waits for the `fork()`ed child `pid` at most `bound`: its exit code, or `None` if it
+/// hung (it is then killed and reaped). A child killed by a signal fails the test.
+#[cfg(unix)]
 pub fn wait_for_forked_child(pid: libc::pid_t, bound: Duration) -> Option<i32> {
     let start = Instant::now();
     loop {
