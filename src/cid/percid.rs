@@ -112,12 +112,16 @@ impl<T> Storage<T> {
     /// the arrays wholly above it; does nothing if a reader holds the gate (the trim is
     /// left to it).
     fn detach(&self, space: &SpaceInner) -> Leftover {
-        let kept = space.keeps_everything(&self.reachable, |from, to| {
-            // SAFETY: `keeps_everything` holds the space lock.
-            unsafe { self.buckets.highest_kept(from, to) }
-        });
-        if let Some(kept) = kept {
-            return kept;
+        // Without a retention the threshold is the high water, below the reach of every
+        // storage a scan visits: there is always something to look at past it.
+        if self.reachable.retention.load(Ordering::Relaxed) > 0 {
+            let kept = space.keeps_everything(&self.reachable, |from, to| {
+                // SAFETY: `keeps_everything` holds the space lock.
+                unsafe { self.buckets.highest_kept(from, to) }
+            });
+            if let Some(kept) = kept {
+                return kept;
+            }
         }
         let (arrays, leftover) = {
             let Some(_hold) = self.gate.enter_trim() else {
