@@ -35,7 +35,7 @@ pub(crate) enum Leftover {
     RetainedUntil(u64),
     /// A reader held the storage's gate: the trim is left to it. After its pass it
     /// detaches what it can and asks for a drain if anything was queued or kept
-    /// (`request_drain`), so nothing waits on this trim.
+    /// (`request_drain`); the compaction work comes back a period later as well.
     Deferred,
     /// The trim ran inside this thread's own `on_reclaim` calls and left its values: a
     /// later trim takes them.
@@ -47,18 +47,21 @@ pub(crate) enum Leftover {
 struct Pending {
     /// The earliest moment a slot kept for a retention may go.
     kept_until: Option<u64>,
-    /// A trim must run again soon (`Leftover::Later`).
+    /// A trim must run again soon (`Leftover::Deferred`, `Leftover::Later`).
     again: bool,
 }
 
 impl Pending {
     fn add(&mut self, leftover: Leftover) {
         match leftover {
-            Leftover::Nothing | Leftover::Deferred => {}
+            Leftover::Nothing => {}
             Leftover::RetainedUntil(until) => {
                 self.kept_until = Some(self.kept_until.map_or(until, |kept| kept.min(until)));
             }
-            Leftover::Later => self.again = true,
+            // Something past the threshold waits: the reader will do it after its pass,
+            // and the next scan makes sure. (A storage whose slots are all kept for a
+            // retention is never left to a reader: its trim needs no gate.)
+            Leftover::Deferred | Leftover::Later => self.again = true,
         }
     }
 }
@@ -561,8 +564,7 @@ impl SpaceInner {
         }
         // Nothing held: nothing can go idle or shrink, so park until the next acquire.
         // Slots kept for a retention are the retention work's, which sleeps until the
-        // first of them can go: an idle space wakes once for it, not once a period. (A
-        // trim left to a reader needs nothing: the reader asks for a drain.)
+        // first of them can go: an idle space wakes once for it, not once a period.
         if let Some(until) = pending.kept_until {
             let retention_work = self.retention_work.get_or_init(|| {
                 let me = self.me.clone();
