@@ -43,6 +43,7 @@ pub(crate) mod shared;
 mod standby;
 pub(crate) mod wait;
 mod wakeups;
+mod waking;
 pub(crate) mod work;
 pub(crate) mod worker;
 
