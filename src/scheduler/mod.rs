@@ -38,6 +38,7 @@ mod driver;
 mod global;
 pub(crate) mod handle;
 pub(crate) mod lock;
+mod making_works;
 mod metrics;
 pub(crate) mod shared;
 mod standby;
