@@ -148,7 +148,10 @@ fn registry_does_not_leak_after_drops() {
     let before = sched.metrics().worker_wakeups;
     std::thread::sleep(Duration::from_millis(500));
     let quiet = sched.metrics().worker_wakeups - before;
-    assert!(quiet <= 1, "{quiet} wakeups with no work left");
+    // A registration left behind keeps the touch tick's refresher waking once per
+    // interval (these timeouts' intervals are 125 ms or less: four or more wakeups here);
+    // a slowed build (ASan) may still see a straggler or two settle.
+    assert!(quiet <= 2, "{quiet} wakeups with no work left");
 }
 
 /// A short-interval ticking timeout dropped: the refresher slows to the long one's.
