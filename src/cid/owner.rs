@@ -71,7 +71,7 @@ impl<T: Send + 'static> PerCid<T> {
         if let Some(cache) = cache {
             // SAFETY: the caller holds a guard of the cache's record, and `serial` is this
             // live storage's.
-            if let Some(slot) = unsafe { cache.get(self.storage.serial) } {
+            if let Some(slot) = unsafe { cache.get(self.storage.reachable.serial) } {
                 return slot;
             }
         }
@@ -89,7 +89,7 @@ impl<T: Send + 'static> PerCid<T> {
         if let Some(cache) = cache {
             // SAFETY: the caller holds a guard of the cache's record, pinning `id`, and
             // `slot` is that id's slot in this storage.
-            unsafe { cache.set(self.storage.serial, slot) };
+            unsafe { cache.set(self.storage.reachable.serial, slot) };
         }
         slot
     }
@@ -197,7 +197,7 @@ impl<T: Send + 'static> PerCid<T> {
         let cached = match cid.slot_cache() {
             // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
             // storage's.
-            Some(cache) => unsafe { cache.get(self.storage.serial) },
+            Some(cache) => unsafe { cache.get(self.storage.reachable.serial) },
             None => None,
         };
         let Some(slot) = cached else {

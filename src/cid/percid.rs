@@ -59,8 +59,6 @@ fn next_storage_serial() -> u64 {
 /// Tags (the legend is in `sync`): `I:`, `A:`, `G:` the gate (see `slots.rs` and
 /// `reader.rs`), `R:` the reclaimer's own lock.
 pub(super) struct Storage<T> {
-    /// I: a number no other storage has, the key of the owners' slot caches (`slots.rs`).
-    pub(super) serial: u64,
     /// G: the slot arrays.
     pub(super) buckets: Buckets<T>,
     /// G: excludes readers and trims; carries the reader protocol's wakeups.
@@ -244,7 +242,6 @@ impl<T: Send + 'static> PerCid<T> {
     pub fn new(ids: &IdSpace, init: impl Fn() -> T + Send + Sync + 'static) -> Self {
         let serial = next_storage_serial();
         let storage = Arc::new_cyclic(|me: &Weak<Storage<T>>| Storage {
-            serial,
             buckets: Buckets::new(),
             gate: Gate::new(),
             init: Box::new(init),
@@ -330,7 +327,7 @@ impl<T: Send + 'static> PerCid<T> {
         let cached = match cid.slot_cache() {
             // SAFETY: `cid` is a guard of the cache's record, and `serial` is this live
             // storage's.
-            Some(cache) => unsafe { cache.get(self.storage.serial) },
+            Some(cache) => unsafe { cache.get(self.storage.reachable.serial) },
             None => None,
         };
         let Some(slot) = cached else {

@@ -71,8 +71,16 @@ impl std::fmt::Debug for ReachIndex {
 }
 
 impl ReachIndex {
+    /// Moves `storage` to reach `new`: in the index and in its own `reach` word, which
+    /// only this (under the space lock) and `remove`'s caller write.
+    pub(super) fn move_to(&mut self, storage: &Reachable, new: usize) {
+        let old = storage.reach.load(crate::sync::Ordering::Relaxed);
+        self.set(storage.serial, &storage.storage, old, new);
+        storage.reach.store(new, crate::sync::Ordering::Relaxed);
+    }
+
     /// Moves storage `serial` from reach `old` to reach `new`.
-    pub(super) fn set(&mut self, serial: u64, storage: &Weak<dyn Trim>, old: usize, new: usize) {
+    fn set(&mut self, serial: u64, storage: &Weak<dyn Trim>, old: usize, new: usize) {
         if old == new {
             return;
         }
@@ -129,7 +137,8 @@ pub(super) const FORGOTTEN: usize = usize::MAX;
 /// A storage's entry in its space's index: its serial number, a handle the index keeps,
 /// its reach and its retention.
 pub(crate) struct Reachable {
-    /// The key of the storage in the index (and of the owners' slot caches).
+    /// A number no other storage has: its key in the index and in the owners' slot
+    /// caches (`slots.rs`).
     pub(super) serial: u64,
     /// What the index keeps (`Weak`: the index never keeps a `PerCid`'s storage alive).
     pub(super) storage: Weak<dyn Trim>,

@@ -357,12 +357,7 @@ impl SpaceInner {
         if reach == FORGOTTEN {
             return (detached, Leftover::Nothing);
         }
-        if lowered != reach {
-            state
-                .reach
-                .set(storage.serial, &storage.storage, reach, lowered);
-            storage.reach.store(lowered, Ordering::Relaxed);
-        }
+        state.reach.move_to(storage, lowered);
         let leftover = self.kept(&state, now, retention, high_water, lowered);
         (detached, leftover)
     }
@@ -400,12 +395,7 @@ impl SpaceInner {
         // Ids from the high water up are owned by nobody: no owner reaches their slots
         // without raising the reach again, under this lock.
         let lowered = highest_kept(high_water, reach).map_or(high_water, |id| id + 1);
-        if lowered != reach {
-            state
-                .reach
-                .set(storage.serial, &storage.storage, reach, lowered);
-            storage.reach.store(lowered, Ordering::Relaxed);
-        }
+        state.reach.move_to(storage, lowered);
         Some(self.kept(&state, now, retention, high_water, lowered))
     }
 
@@ -454,12 +444,8 @@ impl SpaceInner {
             return;
         }
         let mut state = lock(&self.state);
-        let reach = storage.reach.load(Ordering::Relaxed);
-        if id >= reach {
-            state
-                .reach
-                .set(storage.serial, &storage.storage, reach, id + 1);
-            storage.reach.store(id + 1, Ordering::Relaxed);
+        if id >= storage.reach.load(Ordering::Relaxed) {
+            state.reach.move_to(storage, id + 1);
         }
     }
 
