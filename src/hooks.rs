@@ -51,3 +51,20 @@ pub fn next_tick_refresh(sched: &crate::Scheduler) -> Option<std::time::Instant>
 pub fn trim_visits(ids: &crate::IdSpace) -> (u64, u64) {
     ids.inner().trim_visits()
 }
+
+/// Makes `ids` count `cpus` CPUs at its scans instead of the ones the process may run on
+/// (`None`: those again), so tests reach per-CPU mode with a known number of threads.
+pub fn count_cpus_as(ids: &crate::IdSpace, cpus: Option<usize>) {
+    ids.inner().count_cpus_as(cpus);
+}
+
+/// Whether `ids` is in per-CPU mode, and how many times it switched modes.
+pub fn id_mode(ids: &crate::IdSpace) -> (bool, u64) {
+    ids.inner().mode()
+}
+
+/// Loom models only: the calling thread runs on `cpu`, as far as per-CPU mode can tell.
+#[cfg(all(loom, feature = "loom"))]
+pub fn pretend_cpu_for_loom(cpu: usize) {
+    crate::cid::pretend_cpu(cpu);
+}

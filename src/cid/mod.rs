@@ -82,9 +82,12 @@
 //! exit-hook half is `registry.rs`.
 
 mod barrier;
+mod cpu_ids;
+mod cpus;
 mod handle;
 mod ids;
 mod lending;
+mod mode;
 mod owner;
 mod percid;
 mod pin;
@@ -110,6 +113,11 @@ pub(crate) fn uses_membarrier() -> bool {
 #[cfg(all(loom, feature = "loom"))]
 pub(crate) fn run_thread_exit_hook_now() {
     registry::run_exit_hook_now();
+}
+/// The calling thread runs on `cpu` (see [`crate::hooks::pretend_cpu_for_loom`]).
+#[cfg(all(loom, feature = "loom"))]
+pub(crate) fn pretend_cpu(cpu: usize) {
+    cpus::pretend_current(cpu);
 }
 pub use handle::{IdSpace, IdSpaceBuilder, MIN_SCAN_PERIOD};
 pub use pin::Cid;

@@ -129,7 +129,9 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::barrier;
-use super::record::{ENTERED_ONE, MOVE, NO_ID, ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
+use super::record::{
+    CPU_MODE, ENTERED_ONE, MOVE, NO_ID, PIN_ONE, PINS, ThreadRec, last_guard_has_flags, pinned,
+};
 use super::registry::{cached_fast, late_orphan, record, take_orphan};
 use super::slots::SlotCache;
 use super::space::{SpaceInner, SpaceState};
@@ -169,6 +171,26 @@ impl<'a> Cid<'a> {
     }
 
     /// The id: `0 <= id < high_water()` of its space.
+    ///
+    /// While the space is in per-thread mode (threads are few), a thread keeps its id from
+    /// one guard to the next. Once threads outnumber the CPUs (per-CPU mode, as the
+    /// kernel's `mm_cid` switches to), each outermost guard borrows an id for its own
+    /// length, starting from the id of the CPU the thread runs on, so two guards of one
+    /// thread made one after the other may get different ids. Nested guards always get
+    /// their outermost guard's id, and no two live guards of different threads share one,
+    /// in either mode.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use nicework::{IdSpace, Scheduler};
+    ///
+    /// let sched = Scheduler::manual();
+    /// let ids = IdSpace::new(&sched);
+    /// let outer = ids.enter();
+    /// assert_eq!(ids.enter().get(), outer.get());
+    /// assert!(outer.get() < ids.high_water());
+    /// ```
     #[inline]
     pub fn get(&self) -> usize {
         self.id
@@ -198,8 +220,8 @@ impl Drop for Cid<'_> {
                 // (U), release: what the holder wrote under this id happens-before a
                 // reclaimer that sees the pin cleared (the pin protocol in `cid/mod.rs`).
                 pin.store(left, Ordering::Release);
-                if left & PINS == ORPHANED {
-                    self.space.release_orphan(record);
+                if last_guard_has_flags(left) {
+                    self.space.drop_last_flagged(record, left, self.id);
                 }
             }
             None => self.space.release_transient(self.id),
@@ -316,6 +338,8 @@ impl SpaceInner {
         if id < MOVE {
             debug_assert_eq!(id, record.own.load(Ordering::Relaxed));
             id
+        } else if id == CPU_MODE {
+            self.lend_id(record)
         } else {
             self.acquire(record)
         }
@@ -323,8 +347,6 @@ impl SpaceInner {
 
     /// The drop of an orphaned record's last guard (see `Registry::drop`): the id is free
     /// and the record is freed.
-    #[cold]
-    #[inline(never)]
     pub(super) fn release_orphan(&self, record: NonNull<ThreadRec>) {
         if let Some(record) = take_orphan(record) {
             self.release_thread(&record);
@@ -400,13 +422,18 @@ impl SpaceInner {
     /// The reclaimer's half of the pin protocol, in the scan, under the space's lock:
     /// revokes the ids of threads that did not enter since the previous scan (R), makes
     /// both sides' stores visible (the heavy barrier), and gives back each id whose
-    /// thread turned out pinned, or frees it (C).
-    pub(super) fn revoke_idle(&self, state: &mut SpaceState) {
+    /// thread turned out pinned, or frees it (C). Threads in per-CPU mode own no id.
+    /// Returns the threads active since the previous scan: those that entered, or are
+    /// pinned.
+    pub(super) fn revoke_idle(&self, state: &mut SpaceState) -> usize {
         let mut revoked: Vec<(&ThreadRec, usize)> = Vec::new();
+        let mut active = 0;
         let threads = std::mem::take(&mut state.threads);
         for record in &threads {
             let id = record.cid.load(Ordering::Relaxed);
-            if take_idle(record) && id != NO_ID {
+            let idle = take_idle(record);
+            active += usize::from(!idle);
+            if idle && id != NO_ID && id != CPU_MODE {
                 // (R) of the pin protocol (see the module docs): revoke, then make both
                 // sides' stores visible.
                 record.cid.store(NO_ID, Ordering::Relaxed);
@@ -429,5 +456,6 @@ impl SpaceInner {
             }
         }
         state.threads = threads;
+        active
     }
 }

@@ -1,5 +1,6 @@
 //! A thread's record of one space ([`ThreadRec`]) and the values of its words: the owned
-//! id (`NO_ID`, `MOVE`) and the pin word (`ORPHANED`, `PIN_ONE`, `PINS`, `ENTERED_ONE`).
+//! id (`NO_ID`, `MOVE`, `CPU_MODE`) and the pin word (`ORPHANED`, `LENT`, `PIN_ONE`,
+//! `PINS`, `ENTERED_ONE`).
 //!
 //! The protocols that read and write them are in `pin.rs` (the pin and orphan protocols)
 //! and `registry.rs` (the thread-local half); the space's scan reads them in `space.rs`.
@@ -12,6 +13,11 @@ use crate::sync::AtomicUsize;
 /// `ThreadRec::cid` when the thread owns no id.
 pub(crate) const NO_ID: usize = usize::MAX;
 
+/// `ThreadRec::cid` while the space is in per-CPU mode (`mode.rs`): the thread owns no id,
+/// and each first-level `enter()` borrows one from the space's table of per-CPU ids. Above
+/// `MOVE`, so the fast path's one compare sends it off the straight line too.
+pub(crate) const CPU_MODE: usize = usize::MAX - 1;
+
 /// Set in `ThreadRec::cid`, over the owned id, by whoever makes the space's `held` count
 /// shrink below that id (under the space lock, `SpaceInner::publish`): the thread must
 /// move to the lowest free id at its next `enter()`. `enter()`'s fast path uses `cid` only
@@ -20,7 +26,8 @@ pub(crate) const NO_ID: usize = usize::MAX;
 pub(crate) const MOVE: usize = 1 << (usize::BITS - 1);
 
 // `ThreadRec::pin`, one word that only its thread writes, with plain stores (a load, then a
-// store): the low half is the guard nesting depth (in `PIN_ONE`s) and the `ORPHANED` flag,
+// store): the low half is the guard nesting depth (in `PIN_ONE`s) and the `ORPHANED` and
+// `LENT` flags,
 // the high half counts the thread's first-level `enter()`s (wrapping), so the scan can tell
 // whether the thread entered since it last looked without writing the word.
 
@@ -30,8 +37,13 @@ pub(crate) const MOVE: usize = 1 << (usize::BITS - 1);
 /// exactly `ORPHANED` in the low half, releases the id and frees the record.
 pub(crate) const ORPHANED: usize = 1;
 
+/// Set in `ThreadRec::pin` while the outermost guard holds an id lent for its length alone
+/// (per-CPU mode: `mode.rs`), which its drop gives back. With `ORPHANED`, the flags the drop
+/// of a last guard looks at (`last_guard_has_flags`).
+pub(crate) const LENT: usize = 2;
+
 /// One guard in `ThreadRec::pin`'s depth bits.
-pub(crate) const PIN_ONE: usize = 2;
+pub(crate) const PIN_ONE: usize = 4;
 
 /// `ThreadRec::pin`'s low half: `ORPHANED` and the depth. Nesting that would carry out of
 /// it panics (`enter_nested`), as `Rc` aborts on a count overflow.
@@ -39,6 +51,13 @@ pub(crate) const PINS: usize = (1 << (usize::BITS / 2)) - 1;
 
 /// One first-level `enter()` in `ThreadRec::pin`'s high half.
 pub(crate) const ENTERED_ONE: usize = PINS + 1;
+
+/// Whether `left`, the `pin` a guard's drop leaves, has no guard left but `ORPHANED` or
+/// `LENT` set: the drop has more to do (one compare: the low half is 1, 2 or 3).
+#[inline(always)]
+pub(crate) fn last_guard_has_flags(left: usize) -> bool {
+    (left & PINS).wrapping_sub(1) < (ORPHANED | LENT)
+}
 
 /// Whether a `pin` value pins the record: a live guard, or an orphan (whose last guard's
 /// drop frees the record, so it never reads unpinned to the scan).
@@ -51,7 +70,8 @@ pub(crate) fn pinned(pin: usize) -> bool {
 /// under the space lock) and by the space's reclaimer (`cid` and `seen`, under the lock).
 #[derive(Debug)]
 pub(crate) struct ThreadRec {
-    /// A: the id this thread owns, or `NO_ID`; with `MOVE` set while the id is not below
+    /// A: the id this thread owns, or `NO_ID`, or `CPU_MODE` (it borrows one per outermost
+    /// guard: `mode.rs`); with `MOVE` set while the id is not below
     /// the space's `held` count. Written by its thread under the space lock (`acquire`),
     /// by the scan under the lock (revoke, give back) and by whoever shrinks `held` under
     /// the lock (`publish` sets `MOVE`); read lock-free by the thread's `enter()`.
@@ -73,8 +93,12 @@ pub(crate) struct ThreadRec {
     /// thread entered since then if it moved (a heuristic for the reclaimer only).
     pub(crate) seen: AtomicUsize,
     /// X (only its thread): the thread's slot of one `PerCid` of this space, for `own`
-    /// (see `SlotCache`); `acquire` empties it.
+    /// (see `SlotCache`); `acquire` empties it, and so does a borrow of another id or in
+    /// another epoch of the per-CPU table (`cpu_ids.rs`).
     pub(crate) slots: SlotCache,
+    /// X (only its thread): the per-CPU table's epoch when `own` was last borrowed from
+    /// it.
+    pub(crate) lent_epoch: AtomicUsize,
 }
 
 impl ThreadRec {
@@ -85,6 +109,7 @@ impl ThreadRec {
             pin: AtomicUsize::new(0),
             seen: AtomicUsize::new(0),
             slots: SlotCache::new(),
+            lent_epoch: AtomicUsize::new(usize::MAX),
         }
     }
 }

@@ -18,7 +18,7 @@ use std::ptr::{self, NonNull};
 use std::sync::{Arc, Weak};
 
 use super::barrier;
-use super::record::{ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
+use super::record::{LENT, ORPHANED, PIN_ONE, PINS, ThreadRec, pinned};
 use super::space::SpaceInner;
 use crate::sync::{Ordering, thread_local};
 
@@ -295,6 +295,6 @@ pub(crate) fn pinned_id(space: &Arc<SpaceInner>) -> Option<usize> {
     // SAFETY: the calling thread's own record, alive while it is in its registry or
     // orphan list, which only this thread changes, and not during this call.
     let record = unsafe { record.as_ref() };
-    (record.pin.load(Ordering::Relaxed) & PINS & !ORPHANED != 0)
+    (record.pin.load(Ordering::Relaxed) & PINS & !(ORPHANED | LENT) != 0)
         .then(|| record.own.load(Ordering::Relaxed))
 }

@@ -6,9 +6,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
+use super::cpu_ids::CpuIds;
+use super::cpus::CpuCount;
 use super::ids::IdSet;
+use super::mode::IdMode;
 use super::reach::{FORGOTTEN, ReachIndex, Reachable};
-use super::record::{MOVE, NO_ID, ThreadRec};
+use super::record::{CPU_MODE, MOVE, NO_ID, ORPHANED, ThreadRec};
 use super::retention::HighWaterHistory;
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
@@ -75,6 +78,16 @@ pub(crate) struct SpaceState {
     history: HighWaterHistory,
     /// Storages whose queue a reader filled, whatever their reach (`request_drain`).
     drains: Vec<Weak<dyn Trim>>,
+    /// Per-thread or per-CPU ids (`mode.rs`).
+    pub(super) mode: IdMode,
+    /// Mode switches since the space was made.
+    pub(super) switches: u64,
+    /// The CPUs counted at the last scan that needed them (`cpus.rs`).
+    pub(super) cpus: CpuCount,
+    /// A count of CPUs a test set, in place of the machine's.
+    pub(super) cpus_set: Option<usize>,
+    /// The per-CPU table's take counts at the previous scan (`cpu_ids.rs`).
+    pub(super) lent_seen: Vec<usize>,
 }
 
 /// The bounds of a trim, under the space lock: ids at or above `high_water` are owned by
@@ -110,6 +123,11 @@ pub(crate) struct SpaceInner {
     retention_work: std::sync::OnceLock<Work>,
     /// I: this space, for the retention work's closure.
     me: Weak<SpaceInner>,
+    /// The per-CPU mode's table of ids (`cpu_ids.rs`), made under the lock at the first
+    /// switch to it and kept for the space's life (a thread that read `CPU_MODE` may
+    /// borrow from it after a switch back). A std `OnceLock`: its contents are made under
+    /// the space lock, which orders them for loom.
+    pub(super) cpu_ids: std::sync::OnceLock<CpuIds>,
     /// I: the compaction work's period.
     period: Duration,
     /// I: the fork generation the space was made in: in a forked child its lock may have
@@ -169,6 +187,11 @@ impl SpaceInner {
                     reach: ReachIndex::default(),
                     history: HighWaterHistory::default(),
                     drains: Vec::new(),
+                    mode: IdMode::PerThread,
+                    switches: 0,
+                    cpus: CpuCount::plain(1),
+                    cpus_set: None,
+                    lent_seen: Vec::new(),
                 }),
                 held: AtomicUsize::new(0),
                 high_water: AtomicUsize::new(0),
@@ -176,6 +199,7 @@ impl SpaceInner {
                 work,
                 retention_work: std::sync::OnceLock::new(),
                 me,
+                cpu_ids: std::sync::OnceLock::new(),
                 period,
                 fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
@@ -260,12 +284,16 @@ impl SpaceInner {
         }
         let mut state = lock(&self.state);
         let id = record.cid.load(Ordering::Relaxed);
-        if id != NO_ID {
+        if id != NO_ID && id != CPU_MODE {
             state.ids.release(id & !MOVE);
             record.cid.store(NO_ID, Ordering::Relaxed);
         }
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
         self.threads.store(state.threads.len(), Ordering::Relaxed);
+        if let Some(table) = self.cpu_ids.get() {
+            let threads = state.threads.len();
+            table.fit_locked(&mut state.ids, threads);
+        }
         self.publish(&mut state);
         shrink(&mut state.threads);
         drop(state);
@@ -488,11 +516,12 @@ impl SpaceInner {
     }
 
     /// The slow path of `enter()`: the thread owns no id, or its `cid` carries `MOVE`
-    /// (its id was not below the number of ids held when that shrank). Called pinned, by
-    /// a first-level `enter()`. Keeps the id, without the mark, if it is below the number
-    /// held now, else moves to the lowest free id. Every new id goes to `own` as well as
-    /// to `cid` (see `ThreadRec::own`), and the thread's slot cache is emptied (see
-    /// `slots.rs`).
+    /// (its id was not below the number of ids held when that shrank, or the space
+    /// switched to per-CPU mode), or the per-CPU table had no free id. Called pinned, by a
+    /// first-level `enter()`. In per-CPU mode, borrows an id (`mode.rs`). Otherwise keeps
+    /// the id, without the mark, if it is below the number held now, else moves to the
+    /// lowest free id. Every new id goes to `own` as well as to `cid` (see
+    /// `ThreadRec::own`), and the thread's slot cache is emptied (see `slots.rs`).
     #[cold]
     #[inline(never)]
     pub(super) fn acquire(&self, record: &ThreadRec) -> usize {
@@ -500,9 +529,10 @@ impl SpaceInner {
         record.slots.clear();
         if self.in_forked_child() {
             // Nothing moves here; a mark from before the fork only needs stripping (no
-            // other thread writes `cid` in the child: the lock is never taken).
+            // other thread writes `cid` in the child: the lock is never taken). A thread
+            // in per-CPU mode that found no free id in the table owns one from now on.
             let current = record.cid.load(Ordering::Relaxed);
-            if current != NO_ID {
+            if current != NO_ID && current != CPU_MODE {
                 record.cid.store(current & !MOVE, Ordering::Relaxed);
                 return current & !MOVE;
             }
@@ -512,7 +542,18 @@ impl SpaceInner {
             return id;
         }
         let mut state = lock(&self.state);
-        let current = record.cid.load(Ordering::Relaxed);
+        let mut current = record.cid.load(Ordering::Relaxed);
+        if state.mode == IdMode::PerCpu && record.pin.load(Ordering::Relaxed) & ORPHANED == 0 {
+            let id = self.lend_locked(&mut state, record, current);
+            self.publish(&mut state);
+            drop(state);
+            self.wake_scan();
+            return id;
+        }
+        if current == CPU_MODE {
+            // Switched back to per-thread mode since it read `cid`.
+            current = NO_ID;
+        }
         if current != NO_ID {
             let current = current & !MOVE;
             if current < state.ids.owned() {
@@ -538,7 +579,8 @@ impl SpaceInner {
     /// previous scan, then trims per-id storage above the new high water.
     fn scan(&self, scheduler: &Scheduler) -> Next {
         let mut state = lock(&self.state);
-        self.revoke_idle(&mut state);
+        let active = self.revoke_idle(&mut state);
+        self.choose_mode(&mut state, active);
         shrink(&mut state.threads);
         state.ids.shrink();
         self.publish(&mut state);

@@ -262,9 +262,11 @@ fn runs_of(sched: &Scheduler, name: &str) -> u64 {
 fn an_idle_space_wakes_once_for_a_slot_kept_behind_many_drops() {
     // Twenty threads leave from the top, one per scan period, after the slot's own
     // thread (id 0): the high water steps down twenty times, but the slot may go only
-    // once the last drop is a retention old, and the idle space wakes once, then.
+    // once the last drop is a retention old, and the idle space wakes once, then. (Ids
+    // that follow the threads: per-thread mode, which counting 64 CPUs keeps.)
     let sched = Scheduler::manual();
     let ids = Arc::new(IdSpace::new(&sched));
+    nicework::hooks::count_cpus_as(&ids, Some(64));
     let retention = Duration::from_secs(5);
     let (slots, reclaimed) = counted(&ids, retention);
     let mut owners: Vec<Owner> = (0..20).map(|_| Owner::start()).collect();

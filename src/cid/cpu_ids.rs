@@ -1,0 +1,368 @@
+//! The per-CPU mode's ids: [`CpuIds`], a table of ids that the space owns and lends to
+//! one outermost guard at a time, starting from the id of the CPU the guard's thread runs
+//! on (the kernel 6.19's per-CPU cids, where user space cannot see preemption).
+//!
+//! # An entry
+//!
+//! Entry `i` is id `i`. Its word holds `HELD` (a guard holds the id), `RESERVED` (the
+//! space owns the id in its bitmap for the table) and, above them, a count of the times
+//! it was taken (wrapping), which the scan reads to see which ids were used lately.
+//!
+//! - **Take** (lock-free, any thread): a compare-and-swap from reserved and not held to
+//!   held, with the count one higher. Acquire: what the previous holder wrote under the
+//!   id (its `PerCid` slots) happens-before the new holder's use. A guard tries its CPU's
+//!   id first, then the other ids of its CPU's class (`home`, `home + cpus`, ...: spares
+//!   that the CPUs' threads do not share, so a preempted holder's successors on the same
+//!   CPU do not bounce a cache line with the other CPUs), then any reserved id.
+//! - **Release** (the holder only, at its guard's drop): a load and a release store
+//!   without `HELD`. Nobody else writes a held entry: takers and the scan only swap from
+//!   values without `HELD`.
+//! - **Reserve** (under the space lock): when no reserved id is free, the space takes a
+//!   free id of the bitmap for the table, its CPU's class first, and the guard holds it
+//!   at once. Beyond the table, the guard gets an id of the bitmap for its length alone
+//!   (`SpaceInner::lend_id`).
+//! - **Unreserve** (the scan, under the space lock): a reserved id that no guard holds
+//!   and nobody took since the previous scan (in per-thread mode: any that no guard
+//!   holds) goes back to the bitmap, by a compare-and-swap that fails if a taker got in
+//!   first. So an id used by a guard preempted once stays reserved for one to two scan
+//!   periods and is then freed: the ids held follow the CPUs plus the guards alive beyond
+//!   them lately (promise 11).
+//!
+//! # The owners' slot cache
+//!
+//! A thread caches the `PerCid` slots of the last id it took (`slots.rs`). The cache is
+//! valid while the id stayed owned since it was filled: the table's `epoch` counts the
+//! unreserves, and a taker that finds another id than its last, or another epoch, empties
+//! its cache. An unreserve bumps the epoch under the space lock before it releases the id,
+//! and the id is reserved again under that lock before a taker's acquire swap can see it
+//! reserved, so a taker of a re-reserved id reads the new epoch.
+
+use super::cpus::CpuCount;
+use super::ids::IdSet;
+use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+
+/// A guard holds the id.
+const HELD: usize = 1;
+/// The space owns the id for the table.
+const RESERVED: usize = 2;
+/// One take, in the count above the flags.
+const TAKE_ONE: usize = 4;
+
+/// One id of the table, alone on its cache line: neighbouring ids are held by threads on
+/// other CPUs.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Entry {
+    /// A: `HELD`, `RESERVED` and the take count (see the module docs).
+    word: AtomicUsize,
+}
+
+/// The per-CPU mode's table of ids. Tags as in `space.rs`.
+#[derive(Debug)]
+pub(crate) struct CpuIds {
+    /// A: one entry per id below the table's size.
+    entries: Box<[Entry]>,
+    /// A (written under the space lock): the CPUs counted, at least 1.
+    cpus: AtomicUsize,
+    /// A (written under the space lock): each CPU number's index below `cpus` (its
+    /// position among the allowed CPUs); CPU numbers past it are taken modulo `cpus`.
+    homes: Box<[AtomicU32]>,
+    /// A (written under the space lock): one past the highest reserved entry.
+    top: AtomicUsize,
+    /// A (written under the space lock): the number of unreserves, for the owners' slot
+    /// caches.
+    epoch: AtomicUsize,
+}
+
+impl CpuIds {
+    /// A table for `count`: room for twice the CPUs the machine has (and at least 16), so
+    /// that a guard preempted on each CPU still leaves a spare without the lock.
+    pub(crate) fn new(count: &CpuCount, machine_cpus: usize) -> CpuIds {
+        let size = (2 * machine_cpus.max(count.cpus)).max(16);
+        let table = CpuIds {
+            entries: (0..size)
+                .map(|_| Entry {
+                    word: AtomicUsize::new(0),
+                })
+                .collect(),
+            cpus: AtomicUsize::new(1),
+            homes: (0..count.positions.len().max(machine_cpus))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            top: AtomicUsize::new(0),
+            epoch: AtomicUsize::new(0),
+        };
+        table.count(count);
+        table
+    }
+
+    /// The table's size: ids from it up are lent by the bitmap alone.
+    #[inline]
+    pub(crate) fn size(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Under the space lock: the CPUs counted are `count` from now on.
+    pub(crate) fn count(&self, count: &CpuCount) {
+        for (cpu, home) in self.homes.iter().enumerate() {
+            home.store(count.home(cpu) as u32, Ordering::Relaxed);
+        }
+        self.cpus.store(count.cpus, Ordering::Relaxed);
+    }
+
+    /// The index below the CPUs counted that a thread on `cpu` starts from.
+    #[inline]
+    fn home(&self, cpu: usize, cpus: usize) -> usize {
+        match self.homes.get(cpu) {
+            Some(home) => (home.load(Ordering::Relaxed) as usize).min(cpus - 1),
+            None => cpu % cpus,
+        }
+    }
+
+    /// Takes a reserved id that no guard holds, lock-free: `cpu`'s id first, then its
+    /// class, then any. Returns the id and the epoch (see the module docs).
+    #[inline]
+    pub(crate) fn take(&self, cpu: usize) -> Option<(usize, usize)> {
+        let cpus = self.cpus.load(Ordering::Relaxed);
+        let home = self.home(cpu, cpus);
+        if self.try_take(home) {
+            return Some((home, self.epoch.load(Ordering::Relaxed)));
+        }
+        self.take_spare(home, cpus)
+    }
+
+    /// `take` once the CPU's own id was held or not reserved.
+    #[cold]
+    #[inline(never)]
+    fn take_spare(&self, home: usize, cpus: usize) -> Option<(usize, usize)> {
+        let top = self.top.load(Ordering::Relaxed).min(self.size());
+        let class = (home + cpus..top).step_by(cpus);
+        let others = (0..top).filter(|id| id % cpus != home);
+        let id = class.chain(others).find(|&id| self.try_take(id))?;
+        Some((id, self.epoch.load(Ordering::Relaxed)))
+    }
+
+    /// Takes entry `id` if it is reserved and not held.
+    #[inline]
+    fn try_take(&self, id: usize) -> bool {
+        let Some(entry) = self.entries.get(id) else {
+            return false;
+        };
+        let word = entry.word.load(Ordering::Relaxed);
+        word & (RESERVED | HELD) == RESERVED
+            && entry
+                .word
+                .compare_exchange(
+                    word,
+                    word.wrapping_add(TAKE_ONE) | HELD,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+
+    /// The holder of `id`, below the table's size, lets it go.
+    #[inline]
+    pub(crate) fn release(&self, id: usize) {
+        let entry = &self.entries[id];
+        let word = entry.word.load(Ordering::Relaxed);
+        debug_assert!(word & HELD != 0, "releasing an id no guard holds");
+        // Release: what the holder wrote under the id happens-before the next taker's
+        // acquire swap, and the scan's unreserve.
+        entry.word.store(word & !HELD, Ordering::Release);
+    }
+
+    /// Under the space lock, when `take` found nothing: reserves a free id of `ids` for
+    /// the table, `cpu`'s own id if it is free, else the lowest free one, held by the
+    /// caller. `None` if every id of the table is owned. Returns the id and the epoch.
+    pub(crate) fn reserve_locked(&self, ids: &mut IdSet, cpu: usize) -> Option<(usize, usize)> {
+        let cpus = self.cpus.load(Ordering::Relaxed);
+        let home = self.home(cpu, cpus);
+        let id = Some(home).filter(|&home| ids.take(home)).or_else(|| {
+            let id = ids.take_lowest();
+            if id < self.size() {
+                Some(id)
+            } else {
+                ids.release(id);
+                None
+            }
+        })?;
+        let entry = &self.entries[id];
+        let word = entry.word.load(Ordering::Relaxed);
+        debug_assert!(word & (RESERVED | HELD) == 0, "reserving a reserved id");
+        // Relaxed: no other thread swaps an entry that is not reserved; the holder's
+        // release store publishes it to the next taker.
+        entry.word.store(
+            word.wrapping_add(TAKE_ONE) | RESERVED | HELD,
+            Ordering::Relaxed,
+        );
+        if id >= self.top.load(Ordering::Relaxed) {
+            self.top.store(id + 1, Ordering::Relaxed);
+        }
+        Some((id, self.epoch.load(Ordering::Relaxed)))
+    }
+
+    /// Under the space lock, at a scan: gives back to `ids` the reserved ids that no guard
+    /// holds and nobody took since the previous scan (`seen` keeps the take counts the
+    /// scan saw), or, with `everything`, all that no guard holds; then those that no guard
+    /// holds and are not below the number of ids owned (compaction: the guards that
+    /// need them reserve lower ones). Returns how many are still reserved.
+    pub(crate) fn unreserve_locked(
+        &self,
+        ids: &mut IdSet,
+        seen: &mut Vec<usize>,
+        everything: bool,
+    ) -> usize {
+        let top = self.top.load(Ordering::Relaxed);
+        seen.resize(top.max(seen.len()), 0);
+        let (mut reserved, mut new_top) = (0, 0);
+        for (id, entry) in self.entries[..top].iter().enumerate() {
+            let word = entry.word.load(Ordering::Acquire);
+            if word & RESERVED == 0 {
+                continue;
+            }
+            let takes = word / TAKE_ONE;
+            let unused = word & HELD == 0 && (everything || takes == seen[id]);
+            seen[id] = takes;
+            if !(unused && self.unreserve(id, word, ids)) {
+                reserved += 1;
+                new_top = id + 1;
+            }
+        }
+        let owned = ids.owned();
+        for (id, entry) in self.entries[..new_top].iter().enumerate().skip(owned) {
+            let word = entry.word.load(Ordering::Acquire);
+            if word & (RESERVED | HELD) == RESERVED && self.unreserve(id, word, ids) {
+                reserved -= 1;
+            }
+        }
+        let new_top = self.entries[..new_top]
+            .iter()
+            .rposition(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
+            .map_or(0, |id| id + 1);
+        self.top.store(new_top, Ordering::Relaxed);
+        seen.truncate(new_top);
+        reserved
+    }
+
+    /// Under the space lock, when a thread leaves the space: gives back reserved ids that
+    /// no guard holds, the highest first, until no more are reserved than `threads`, so
+    /// that the ids held never exceed the threads (as the kernel's `mm_cid` stays below
+    /// them) and the last thread's exit leaves none.
+    pub(crate) fn fit_locked(&self, ids: &mut IdSet, threads: usize) {
+        let top = self.top.load(Ordering::Relaxed);
+        let mut reserved = self.entries[..top]
+            .iter()
+            .filter(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
+            .count();
+        for id in (0..top).rev() {
+            if reserved <= threads {
+                break;
+            }
+            let word = self.entries[id].word.load(Ordering::Acquire);
+            if word & (RESERVED | HELD) == RESERVED && self.unreserve(id, word, ids) {
+                reserved -= 1;
+            }
+        }
+        let new_top = self.entries[..top]
+            .iter()
+            .rposition(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
+            .map_or(0, |id| id + 1);
+        self.top.store(new_top, Ordering::Relaxed);
+    }
+
+    /// Under the space lock: gives entry `id`, whose word read `word` (reserved, not
+    /// held), back to `ids`; `false` if a taker got in first.
+    fn unreserve(&self, id: usize, word: usize, ids: &mut IdSet) -> bool {
+        // Before the id is free: a taker of it, once reserved again, reads the new epoch
+        // (see the module docs).
+        self.epoch.store(
+            self.epoch.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+        // AcqRel: the last holder's writes happen-before the trims of the id's slots; a
+        // taker that got in first makes this fail.
+        let unreserved = self.entries[id]
+            .word
+            .compare_exchange(word, word & !RESERVED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok();
+        if unreserved {
+            ids.release(id);
+        }
+        unreserved
+    }
+
+    /// Under the space lock: whether entry `id` is reserved (for `IdSpace::held`'s checks).
+    #[cfg(test)]
+    fn is_reserved(&self, id: usize) -> bool {
+        self.entries[id].word.load(Ordering::Relaxed) & RESERVED != 0
+    }
+}
+
+#[cfg(all(test, not(all(loom, feature = "loom"))))]
+mod tests {
+    use super::*;
+
+    fn table(cpus: usize) -> CpuIds {
+        CpuIds::new(&CpuCount::plain(cpus), cpus)
+    }
+
+    #[test]
+    fn a_cpu_takes_its_own_id_then_its_class_then_any() {
+        let (table, mut ids) = (table(2), IdSet::default());
+        assert_eq!(table.take(1), None, "nothing reserved yet");
+        assert_eq!(table.reserve_locked(&mut ids, 1), Some((1, 0)), "its own");
+        assert_eq!(table.reserve_locked(&mut ids, 0), Some((0, 0)));
+        assert_eq!(
+            table.reserve_locked(&mut ids, 1),
+            Some((2, 0)),
+            "the lowest"
+        );
+        assert_eq!(table.reserve_locked(&mut ids, 1), Some((3, 0)));
+        for id in 0..4 {
+            table.release(id);
+        }
+        assert_eq!(table.take(1), Some((1, 0)));
+        assert_eq!(table.take(1), Some((3, 0)), "its class before id 0");
+        assert_eq!(table.take(1), Some((0, 0)), "then any");
+        assert_eq!(table.take(1), Some((2, 0)));
+        assert_eq!(table.take(1), None);
+        assert_eq!(ids.owned(), 4);
+    }
+
+    #[test]
+    fn ids_idle_for_a_scan_go_back_held_ones_stay() {
+        let (table, mut ids, mut seen) = (table(2), IdSet::default(), Vec::new());
+        for cpu in [0, 1, 0] {
+            table.reserve_locked(&mut ids, cpu).unwrap();
+        }
+        table.release(0);
+        table.release(2);
+        // First look: everything was taken since (the scan had seen nothing).
+        assert_eq!(table.unreserve_locked(&mut ids, &mut seen, false), 3);
+        assert_eq!(table.take(0), Some((0, 0)));
+        table.release(0);
+        // Second: id 2 idle for a whole scan goes; 0 was taken again; 1 is held.
+        assert_eq!(table.unreserve_locked(&mut ids, &mut seen, false), 2);
+        assert!(!table.is_reserved(2));
+        assert_eq!(ids.owned(), 2);
+        assert_eq!(table.take(0), Some((0, 1)), "the epoch moved");
+        table.release(0);
+        table.release(1);
+        assert_eq!(table.unreserve_locked(&mut ids, &mut seen, true), 0);
+        assert_eq!((ids.owned(), table.top.load(Ordering::Relaxed)), (0, 0));
+    }
+
+    #[test]
+    fn past_the_table_the_bitmap_is_left_to_the_caller() {
+        let (table, mut ids) = (table(1), IdSet::default());
+        for expected in 0..table.size() {
+            assert_eq!(
+                table.reserve_locked(&mut ids, 0).map(|(id, _)| id),
+                Some(expected)
+            );
+        }
+        assert_eq!(table.reserve_locked(&mut ids, 0), None);
+        assert_eq!(ids.owned(), table.size());
+    }
+}
