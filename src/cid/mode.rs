@@ -81,7 +81,7 @@ pub(crate) fn next_mode(mode: IdMode, active: usize, cpus: usize) -> IdMode {
 /// say, one of its own (its record's address), so that each thread still starts from one id.
 #[inline]
 fn cpu_hint(record: &ThreadRec) -> usize {
-    cpus::current().unwrap_or_else(|| record as *const ThreadRec as usize / 64)
+    cpus::current().unwrap_or(record as *const ThreadRec as usize / 64)
 }
 
 impl SpaceInner {
