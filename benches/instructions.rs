@@ -10,7 +10,7 @@
 //! cargo bench --bench instructions --no-run
 //! bin=$(ls -t target/release/deps/instructions-* | grep -v '\.d$' | head -1)
 //! for op in pair pair_varying touch timeout_touch enter tls_get with with_alternating \
-//!     tls_counter take_put; do
+//!     tls_counter take_put enter_per_cpu with_per_cpu; do
 //!   for n in 0 100000; do
 //!     valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" $op $n 2>&1 |
 //!       grep -o 'Collected : [0-9]*'
@@ -36,6 +36,9 @@
 //! - `take_put`: `PerCid::take` then `PerCid::put` of the value (a cache pool's get and
 //!   put), on a `PerCid<Box<[u64; 8]>>` whose slot holds a value (a pool of boxed
 //!   caches: the two calls move one word).
+//! - `enter_per_cpu`, `with_per_cpu`: `enter` and `with` on a space in per-CPU mode (it
+//!   counts 1 CPU and saw 2 threads), where each outermost guard borrows its CPU's id with
+//!   a compare-and-swap and gives it back at its drop.
 //!
 //! Run as a plain bench (`cargo bench --bench instructions`) it does each once, as a
 //! smoke test.
@@ -65,6 +68,8 @@ fn main() {
             "with_alternating",
             "tls_counter",
             "take_put",
+            "enter_per_cpu",
+            "with_per_cpu",
         ],
     };
     let count: u64 = args.get(1).map_or(1, |n| n.parse().expect("a count"));
@@ -94,6 +99,7 @@ fn main() {
     tls_counters.get_or(|| AtomicU64::new(0));
     let pool: PerCid<Box<[u64; 8]>> = PerCid::new(&ids, || Box::new([0; 8]));
     pool.put(Box::new([0; 8])).expect("an empty slot");
+    let (_per_cpu_sched, per_cpu, per_cpu_counters, _other_thread) = per_cpu_space();
     for op in ops {
         match op {
             "pair" => {
@@ -129,6 +135,12 @@ fn main() {
                 let n = black_box(&tls_counters).get_or(|| AtomicU64::new(0));
                 n.store(n.load(Relaxed) + 1, Relaxed);
             }),
+            "enter_per_cpu" => (0..count).for_each(|_| {
+                black_box(per_cpu.enter().get());
+            }),
+            "with_per_cpu" => (0..count).for_each(|_| {
+                black_box(&per_cpu_counters).with(|n| *n.get_mut() += 1);
+            }),
             "take_put" => (0..count).for_each(|_| {
                 let pool = black_box(&pool);
                 let value = black_box(pool.take().expect("the slot's value"));
@@ -136,8 +148,38 @@ fn main() {
             }),
             other => panic!(
                 "unknown operation {other:?}: pair, pair_varying, touch, timeout_touch, enter, \
-                 tls_get, with, with_alternating, tls_counter, take_put"
+                 tls_get, with, with_alternating, tls_counter, take_put, enter_per_cpu, \
+                 with_per_cpu"
             ),
         }
     }
+}
+
+/// A space in per-CPU mode: it counts 1 CPU, and a scan saw this thread and another one
+/// (kept alive, parked, until the returned sender drops) enter. Its scheduler is manual,
+/// so no scan runs during the count.
+fn per_cpu_space() -> (
+    Scheduler,
+    std::sync::Arc<IdSpace>,
+    PerCid<AtomicU64>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let sched = Scheduler::manual();
+    let ids = std::sync::Arc::new(IdSpace::new(&sched));
+    nicework::hooks::count_cpus_as(&ids, Some(1));
+    let (entered, wait_entered) = std::sync::mpsc::channel();
+    let (done, wait_done) = std::sync::mpsc::channel::<()>();
+    let other = ids.clone();
+    std::thread::spawn(move || {
+        drop(other.enter());
+        entered.send(()).unwrap();
+        let _ = wait_done.recv();
+    });
+    wait_entered.recv().unwrap();
+    drop(ids.enter());
+    sched.advance(Duration::from_millis(100));
+    assert!(nicework::hooks::id_mode(&ids).0, "per-CPU mode");
+    let counters: PerCid<AtomicU64> = PerCid::new(&ids, || AtomicU64::new(0));
+    counters.with(|n| *n.get_mut() += 1);
+    (sched, ids, counters, done)
 }

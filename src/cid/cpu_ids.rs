@@ -136,10 +136,25 @@ impl CpuIds {
     #[inline(never)]
     fn take_spare(&self, home: usize, cpus: usize) -> Option<(usize, usize)> {
         let top = self.top.load(Ordering::Relaxed).min(self.size());
-        let class = (home + cpus..top).step_by(cpus);
-        let others = (0..top).filter(|id| id % cpus != home);
-        let id = class.chain(others).find(|&id| self.try_take(id))?;
-        Some((id, self.epoch.load(Ordering::Relaxed)))
+        let mut id = home + cpus;
+        while id < top {
+            if self.try_take(id) {
+                return Some((id, self.epoch.load(Ordering::Relaxed)));
+            }
+            id += cpus;
+        }
+        // The other classes, in order; `class` is `id % cpus`, without a division.
+        let mut class = 0;
+        for id in 0..top {
+            if class != home && self.try_take(id) {
+                return Some((id, self.epoch.load(Ordering::Relaxed)));
+            }
+            class += 1;
+            if class == cpus {
+                class = 0;
+            }
+        }
+        None
     }
 
     /// Takes entry `id` if it is reserved and not held.

@@ -172,6 +172,13 @@ mod os {
                 return Some(cpu as usize);
             }
         }
+        asked()
+    }
+
+    /// The CPU from `sched_getcpu()`, where rseq does not say.
+    #[cold]
+    #[inline(never)]
+    fn asked() -> Option<usize> {
         // SAFETY: no preconditions.
         let cpu = unsafe { libc::sched_getcpu() };
         usize::try_from(cpu).ok()

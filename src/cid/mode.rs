@@ -95,6 +95,13 @@ impl SpaceInner {
                 return id;
             }
         }
+        self.lend_locked_cold(record)
+    }
+
+    /// `lend_id` when the table had no free id: the lock path.
+    #[cold]
+    #[inline(never)]
+    fn lend_locked_cold(&self, record: &ThreadRec) -> usize {
         self.acquire(record)
     }
 
@@ -124,14 +131,34 @@ impl SpaceInner {
     }
 
     /// The drop of a thread's last guard left `left` in its pin word, with `LENT` or
-    /// `ORPHANED` set: gives the borrowed id `id` back, then releases an orphan.
+    /// `ORPHANED` set: gives the borrowed id `id` back, then releases an orphan. The drop
+    /// of a guard that borrowed an id of the table, the per-CPU mode's straight line, is
+    /// a load and two stores here; the rest is out of line.
+    #[inline(always)]
+    pub(super) fn drop_last_flagged(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
+        if left & PINS == LENT {
+            if let Some(table) = self.cpu_ids.get() {
+                if id < table.size() {
+                    table.release(id);
+                    // SAFETY: as in `Cid::drop`: the record lives until its last guard's
+                    // drop ends (this one), and only its thread writes `pin`.
+                    unsafe { record.as_ref() }
+                        .pin
+                        .store(left & !LENT, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+        self.drop_last_flagged_slow(record, left, id);
+    }
+
+    /// `drop_last_flagged` off its straight line: an id lent past the table, or an orphan.
     #[cold]
     #[inline(never)]
-    pub(super) fn drop_last_flagged(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
+    fn drop_last_flagged_slow(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
         if left & LENT != 0 {
             self.give_back_lent(id);
-            // SAFETY: as in `Cid::drop`: the record lives until its last guard's drop
-            // ends (this one), and only its thread writes `pin`.
+            // SAFETY: as in `drop_last_flagged`.
             unsafe { record.as_ref() }
                 .pin
                 .store(left & !LENT, Ordering::Relaxed);
