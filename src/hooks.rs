@@ -58,6 +58,14 @@ pub fn count_cpus_as(ids: &crate::IdSpace, cpus: Option<usize>) {
     ids.inner().count_cpus_as(cpus);
 }
 
+/// Switches `ids` to per-CPU mode (`true`) or per-thread mode now, as a scan that decided
+/// so would (its next scans decide again, from the threads and CPUs they count: pair this
+/// with [`count_cpus_as`] to keep the mode). For tests and loom models that place a switch
+/// at a chosen point.
+pub fn switch_id_mode(ids: &crate::IdSpace, per_cpu: bool) {
+    ids.inner().switch_mode_now(per_cpu);
+}
+
 /// Whether `ids` is in per-CPU mode, and how many times it switched modes.
 pub fn id_mode(ids: &crate::IdSpace) -> (bool, u64) {
     ids.inner().mode()

@@ -232,6 +232,24 @@ impl SpaceInner {
         lock(&self.state).cpus_set = cpus.map(|cpus| cpus.max(1));
     }
 
+    /// Switches to per-CPU mode (`true`) or per-thread mode now, as a scan that decided so
+    /// would, for tests that place a switch at a chosen point. A no-op if the space is in
+    /// that mode already, or in a forked child.
+    pub(crate) fn switch_mode_now(&self, per_cpu: bool) {
+        if self.in_forked_child() {
+            return;
+        }
+        let to = if per_cpu {
+            IdMode::PerCpu
+        } else {
+            IdMode::PerThread
+        };
+        let mut state = lock(&self.state);
+        if state.mode != to {
+            self.switch_locked(&mut state, to);
+        }
+    }
+
     /// Whether the space is in per-CPU mode, and how many times it switched.
     pub(crate) fn mode(&self) -> (bool, u64) {
         let state = lock(&self.state);
