@@ -11,14 +11,13 @@
 //! - **Take** (lock-free, any thread): a compare-and-swap from reserved and not held to
 //!   held, with the count one higher. Acquire: what the previous holder wrote under the
 //!   id (its `PerCid` slots) happens-before the new holder's use. A guard tries its CPU's
-//!   id first, then the other ids of its CPU's class (`home`, `home + cpus`, ...: spares
-//!   that the CPUs' threads do not share, so a preempted holder's successors on the same
-//!   CPU do not bounce a cache line with the other CPUs), then any reserved id.
+//!   id first, then the lowest reserved id that no guard holds: the spares in use are the
+//!   lowest ones, so the ids held follow the number of guards alive beyond the CPUs.
 //! - **Release** (the holder only, at its guard's drop): a load and a release store
 //!   without `HELD`. Nobody else writes a held entry: takers and the scan only swap from
 //!   values without `HELD`.
 //! - **Reserve** (under the space lock): when no reserved id is free, the space takes a
-//!   free id of the bitmap for the table, its CPU's class first, and the guard holds it
+//!   free id of the bitmap for the table, its CPU's own first, and the guard holds it
 //!   at once. Beyond the table, the guard gets an id of the bitmap for its length alone
 //!   (`SpaceInner::lend_id`).
 //! - **Unreserve** (the scan, under the space lock): a reserved id that no guard holds
@@ -119,61 +118,52 @@ impl CpuIds {
         }
     }
 
-    /// Takes a reserved id that no guard holds, lock-free: `cpu`'s id first, then its
-    /// class, then any. Returns the id and the epoch (see the module docs).
+    /// Takes a reserved id that no guard holds, lock-free: `cpu`'s id, or if it is held or
+    /// not reserved, the lowest. `None` if no reserved id is free (the lock path reserves
+    /// one, the CPU's own if it is free). Returns the id and the epoch (see the module
+    /// docs).
     #[inline]
     pub(crate) fn take(&self, cpu: usize) -> Option<(usize, usize)> {
         let cpus = self.cpus.load(Ordering::Relaxed);
         let home = self.home(cpu, cpus);
-        if self.try_take(home) {
+        let entry = self.entries.get(home)?;
+        let word = entry.word.load(Ordering::Relaxed);
+        if word & (RESERVED | HELD) == RESERVED && self.try_take_word(home, word) {
             return Some((home, self.epoch.load(Ordering::Relaxed)));
         }
-        self.take_spare(home, cpus)
+        self.take_spare(home)
     }
 
-    /// `take` once the CPU's own id was held or not reserved.
+    /// `take` once the CPU's own id was held or not reserved: the lowest reserved id that
+    /// no guard holds, so that the spares in use at any moment are the lowest ones and the ids held
+    /// follow the guards alive beyond the CPUs, not the CPUs they ran on.
     #[cold]
     #[inline(never)]
-    fn take_spare(&self, home: usize, cpus: usize) -> Option<(usize, usize)> {
+    fn take_spare(&self, home: usize) -> Option<(usize, usize)> {
         let top = self.top.load(Ordering::Relaxed).min(self.size());
-        let mut id = home + cpus;
-        while id < top {
-            if self.try_take(id) {
-                return Some((id, self.epoch.load(Ordering::Relaxed)));
-            }
-            id += cpus;
-        }
-        // The other classes, in order; `class` is `id % cpus`, without a division.
-        let mut class = 0;
-        for id in 0..top {
-            if class != home && self.try_take(id) {
-                return Some((id, self.epoch.load(Ordering::Relaxed)));
-            }
-            class += 1;
-            if class == cpus {
-                class = 0;
-            }
-        }
-        None
+        let id = (0..top).find(|&id| id != home && self.try_take(id))?;
+        Some((id, self.epoch.load(Ordering::Relaxed)))
     }
 
     /// Takes entry `id` if it is reserved and not held.
     #[inline]
     fn try_take(&self, id: usize) -> bool {
-        let Some(entry) = self.entries.get(id) else {
-            return false;
-        };
-        let word = entry.word.load(Ordering::Relaxed);
-        word & (RESERVED | HELD) == RESERVED
-            && entry
-                .word
-                .compare_exchange(
-                    word,
-                    word.wrapping_add(TAKE_ONE) | HELD,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+        let word = self.entries[id].word.load(Ordering::Relaxed);
+        word & (RESERVED | HELD) == RESERVED && self.try_take_word(id, word)
+    }
+
+    /// Takes entry `id`, whose word read `word` (reserved, not held), unless it changed.
+    #[inline(always)]
+    fn try_take_word(&self, id: usize, word: usize) -> bool {
+        self.entries[id]
+            .word
+            .compare_exchange(
+                word,
+                word.wrapping_add(TAKE_ONE) | HELD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// The holder of `id`, below the table's size, lets it go.
@@ -323,7 +313,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cpu_takes_its_own_id_then_its_class_then_any() {
+    fn a_cpu_takes_its_own_id_then_the_lowest() {
         let (table, mut ids) = (table(2), IdSet::default());
         assert_eq!(table.take(1), None, "nothing reserved yet");
         assert_eq!(table.reserve_locked(&mut ids, 1), Some((1, 0)), "its own");
@@ -337,10 +327,10 @@ mod tests {
         for id in 0..4 {
             table.release(id);
         }
-        assert_eq!(table.take(1), Some((1, 0)));
-        assert_eq!(table.take(1), Some((3, 0)), "its class before id 0");
-        assert_eq!(table.take(1), Some((0, 0)), "then any");
+        assert_eq!(table.take(1), Some((1, 0)), "its own");
+        assert_eq!(table.take(1), Some((0, 0)), "then the lowest");
         assert_eq!(table.take(1), Some((2, 0)));
+        assert_eq!(table.take(1), Some((3, 0)));
         assert_eq!(table.take(1), None);
         assert_eq!(ids.owned(), 4);
     }

@@ -6,6 +6,8 @@
 //! - `guarantees`: The concurrency-id guarantees.
 //! - `late_destructors`: `enter()` from thread-local destructors that run after nicework's
 //!   thread-exit hook, when no guard pinned the thread's id at the hook.
+//! - `per_cpu`: Per-CPU ids once threads outnumber the CPUs, and the switches between
+//!   the modes.
 //! - `late_guards_and_nesting`: A guard keeps its id until it is dropped, and a nested
 //!   `enter()` returns the outer guard's id, under the two conditions that broke it.
 //! - `reused_addresses`: Spaces dropped and re-created (often at the same address) while
@@ -18,4 +20,5 @@ mod churn;
 mod guarantees;
 mod late_destructors;
 mod late_guards_and_nesting;
+mod per_cpu;
 mod reused_addresses;
