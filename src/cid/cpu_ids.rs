@@ -251,22 +251,23 @@ impl CpuIds {
     }
 
     /// Under the space lock, when a thread leaves the space: gives back reserved ids that
-    /// no guard holds, the highest first, until no more are reserved than `threads`, so
-    /// that the ids held never exceed the threads (as the kernel's `mm_cid` stays below
-    /// them) and the last thread's exit leaves none.
-    pub(crate) fn fit_locked(&self, ids: &mut IdSet, threads: usize) {
+    /// no guard holds, the highest first, until no more are free than `borrowers` (the
+    /// threads left that may borrow one next), so that the ids held never exceed the
+    /// threads (as the kernel's `mm_cid` stays below them) and the last thread's exit
+    /// leaves none but those of guards still alive.
+    pub(crate) fn fit_locked(&self, ids: &mut IdSet, borrowers: usize) {
         let top = self.top.load(Ordering::Relaxed);
-        let mut reserved = self.entries[..top]
+        let mut free = self.entries[..top]
             .iter()
-            .filter(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
+            .filter(|entry| entry.word.load(Ordering::Relaxed) & (RESERVED | HELD) == RESERVED)
             .count();
         for id in (0..top).rev() {
-            if reserved <= threads {
+            if free <= borrowers {
                 break;
             }
             let word = self.entries[id].word.load(Ordering::Acquire);
             if word & (RESERVED | HELD) == RESERVED && self.unreserve(id, word, ids) {
-                reserved -= 1;
+                free -= 1;
             }
         }
         let new_top = self.entries[..top]

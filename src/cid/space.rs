@@ -11,7 +11,7 @@ use super::cpus::CpuCount;
 use super::ids::IdSet;
 use super::mode::IdMode;
 use super::reach::{FORGOTTEN, ReachIndex, Reachable};
-use super::record::{CPU_MODE, MOVE, NO_ID, ORPHANED, ThreadRec};
+use super::record::{CPU_MODE, MOVE, NO_ID, ORPHANED, ThreadRec, pinned};
 use super::retention::HighWaterHistory;
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
@@ -291,8 +291,17 @@ impl SpaceInner {
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
         self.threads.store(state.threads.len(), Ordering::Relaxed);
         if let Some(table) = self.cpu_ids.get() {
-            let threads = state.threads.len();
-            table.fit_locked(&mut state.ids, threads);
+            // The threads that may borrow an id next (a pinned one holds its id already;
+            // an orphan that owns one never borrows).
+            let borrowers = state
+                .threads
+                .iter()
+                .filter(|other| {
+                    other.cid.load(Ordering::Relaxed) == CPU_MODE
+                        && !pinned(other.pin.load(Ordering::Relaxed))
+                })
+                .count();
+            table.fit_locked(&mut state.ids, borrowers);
         }
         self.publish(&mut state);
         shrink(&mut state.threads);
