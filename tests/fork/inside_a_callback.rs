@@ -225,6 +225,95 @@ fn an_id_space_from_before_the_fork_keeps_working_in_the_child_without_its_lock(
     println!("CHILD-OK");
 }
 
+#[test]
+fn an_id_space_in_per_cpu_mode_keeps_working_in_the_child() {
+    // A process of its own, as above.
+    const NAME: &str = "an_id_space_in_per_cpu_mode_keeps_working_in_the_child";
+    if !common::child::is_child(NAME) {
+        common::child::assert_child_passes(module_path!(), NAME);
+        return;
+    }
+    let sched = Scheduler::new().unwrap();
+    let ids = Arc::new(nicework::IdSpace::new(&sched));
+    nicework::hooks::count_cpus_as(&ids, Some(1));
+    nicework::hooks::switch_id_mode(&ids, true);
+    // The forking thread holds a borrowed id across the forks, and so does a thread that
+    // is parked inside `with` (it does not exist in the child: its id stays held there).
+    let pinned = ids.enter();
+    let forking_thread_id = pinned.get();
+    let slots = Arc::new(nicework::PerCid::new(&ids, || 0u64));
+    let (parked_tx, parked_id) = std::sync::mpsc::channel();
+    let (release, wait) = std::sync::mpsc::channel::<()>();
+    let parked = {
+        let (ids, slots) = (ids.clone(), slots.clone());
+        std::thread::spawn(move || {
+            slots.with(|n| {
+                *n += 1;
+                parked_tx.send(ids.enter().get()).unwrap();
+                wait.recv().unwrap();
+            })
+        })
+    };
+    let parked_id = parked_id.recv().unwrap();
+    // Another thread borrows and gives back ids without the lock, and takes the lock for
+    // each new `PerCid`, so a fork may land in either.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, ids) = (stop.clone(), ids.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let fresh = nicework::PerCid::new(&ids, || 0u64);
+                for _ in 0..100 {
+                    fresh.with(|n| *n += 1);
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(20));
+    for _ in 0..10 {
+        let code = in_child(|| {
+            let same = ids.enter().get() == forking_thread_id;
+            let child_ids: Vec<usize> = std::thread::scope(|s| {
+                let threads: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let mut seen = Vec::new();
+                            for _ in 0..50 {
+                                let cid = ids.enter();
+                                slots.with(|n| *n += 1);
+                                seen.push(cid.get());
+                            }
+                            seen
+                        })
+                    })
+                    .collect();
+                threads
+                    .into_iter()
+                    .flat_map(|t| t.join().unwrap())
+                    .collect()
+            });
+            let clear = child_ids
+                .iter()
+                .all(|&id| id != forking_thread_id && id != parked_id);
+            if same && clear {
+                0
+            } else {
+                eprintln!(
+                    "same {same}, ids {child_ids:?} (forking {forking_thread_id}, parked {parked_id})"
+                );
+                1
+            }
+        });
+        assert_eq!(code, 0, "a check failed in the child");
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    release.send(()).unwrap();
+    parked.join().unwrap();
+    drop(pinned);
+    println!("CHILD-OK");
+}
+
 /// A pipe whose write end callbacks use to report which process ran them.
 struct Reports {
     read: libc::c_int,
