@@ -31,8 +31,13 @@
 //! - Summing 4 per-thread counters from another thread: `PerCid::for_each` (which pays a
 //!   membarrier so that the owners' `with` stays free of read-modify-writes) against
 //!   `ThreadLocal::iter`.
+//! - Per-CPU mode (`cid/per_cpu.rs`, `cargo bench --bench cid -- per_cpu`): 4 threads per
+//!   CPU counting (live slots and CPU per bump, against `ThreadLocal`), and 200 threads
+//!   each entering every millisecond (ids held, live slots, heap).
 
 mod common;
+#[path = "cid/per_cpu.rs"]
+mod per_cpu;
 
 #[path = "../examples/common/counting.rs"]
 mod counting;
@@ -199,7 +204,7 @@ fn counter_bump() {
 /// `ThreadLocal<AtomicU64>`'s counter bump: what `PerCid::with(|n| *n.get_mut() += 1)`
 /// replaces.
 #[inline(always)]
-fn tls_bump(tls: &ThreadLocal<AtomicU64>) {
+pub(crate) fn tls_bump(tls: &ThreadLocal<AtomicU64>) {
     let n = tls.get_or(|| AtomicU64::new(0));
     n.store(n.load(Relaxed) + 1, Relaxed);
 }
@@ -424,7 +429,7 @@ fn main() {
         .skip(1)
         .filter(|arg| !arg.starts_with('-') && arg != "quick")
         .collect();
-    let figures: [(&str, fn()); 7] = [
+    let figures: [(&str, fn()); 9] = [
         ("enter_held", enter_held),
         ("counter_bump", counter_bump),
         ("counter_bump_oversubscribed", counter_bump_oversubscribed),
@@ -432,6 +437,14 @@ fn main() {
         ("scan_work_with_many_per_cids", scan_work_with_many_per_cids),
         ("heap_after_shrink_64_to_4", heap_after_shrink_64_to_4),
         ("sum_four_counters", sum_four_counters),
+        (
+            "per_cpu_four_threads_per_cpu_counting",
+            per_cpu::four_threads_per_cpu_counting,
+        ),
+        (
+            "per_cpu_two_hundred_threads_every_millisecond",
+            per_cpu::two_hundred_threads_every_millisecond,
+        ),
     ];
     for (name, figure) in figures {
         if filters.is_empty() || filters.iter().any(|filter| name.contains(filter.as_str())) {
