@@ -40,7 +40,7 @@ impl Inside {
 fn on_each(owners: &[Owner], step: impl Fn() + Send + Sync + Clone + 'static) {
     for owner in owners {
         let step = step.clone();
-        owner.run(move || step());
+        owner.run(step);
     }
 }
 
