@@ -1,11 +1,13 @@
 //! The main demo: concurrency ids compacting as a "runtime" shrinks and grows.
 //!
 //! A runtime's threads keep a per-id cache (`PerCid<Vec<u64>>`). It starts 32 threads,
-//! shrinks to 4, then to 1, then grows to 8. Every 100 ms a line shows the threads alive,
-//! the ids held, the high water and the live cache slots: ids stay dense and the per-id
-//! memory follows the live concurrency. At the end, the compaction work's stats table
-//! (as in the kernel patch's `task_mm_cid_work` table) and the per-object maintenance
-//! works of a small cache.
+//! shrinks to 4, then to 1, then grows to 8, then to 200. Every 100 ms a line shows the
+//! threads alive, the ids held, the high water and the live cache slots: ids stay dense
+//! and the per-id memory follows the live concurrency. While the threads outnumber the
+//! machine's CPUs, the ids follow the CPUs instead, as the kernel's `mm_cid` does: 200
+//! threads on 2 CPUs hold about 2 ids (each guard borrows its CPU's id for its length).
+//! At the end, the compaction work's stats table (as in the kernel patch's
+//! `task_mm_cid_work` table) and the per-object maintenance works of a small cache.
 //!
 //! `cargo run --release --example compaction`
 
@@ -76,6 +78,8 @@ fn main() -> Result<(), nicework::Error> {
         })
         .collect();
 
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("on {cpus} CPUs");
     println!(
         "{:>6} {:>8} {:>8} {:>10} {:>10}   phase",
         "t(ms)", "threads", "held", "high water", "slots live"
@@ -87,6 +91,7 @@ fn main() -> Result<(), nicework::Error> {
         ("shrink to 4", 4),
         ("shrink to 1", 1),
         ("grow to 8", 8),
+        ("grow to 200", 200),
     ] {
         while threads.len() < target {
             threads.push(spawn(&cache));

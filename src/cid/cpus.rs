@@ -7,9 +7,10 @@
 //! quota, v1 or v2, where one is readable), and on Linux no more than the CPUs in the
 //! main thread's affinity mask (`sched_getaffinity(getpid())`), which also gives each
 //! allowed CPU its position: a container limited to CPUs 4 and 5 counts 2, and CPU 5 is
-//! its second. The scan reads it again at each scan, so a container that a quota limits
-//! to 2 CPUs of a 64-CPU host counts 2, and a change of quota or affinity takes effect
-//! within a scan period.
+//! its second. The scans read it again (at most once a second: a read costs tens of
+//! microseconds), so a container that a quota limits to 2 CPUs of a 64-CPU host counts 2,
+//! and a change of quota or affinity takes effect within a second or a scan period,
+//! whichever is longer.
 //!
 //! # The calling thread's CPU
 //!

@@ -4,8 +4,9 @@
 //! # The policy
 //!
 //! At each scan, under the space lock, the scan counts the threads active since the
-//! previous one (they entered, or are pinned) and the CPUs the process may run on
-//! (`cpus.rs`), and [`next_mode`] decides, with the kernel's hysteresis: per-CPU once the
+//! previous one (they entered, or are pinned) and, once two are, the CPUs the process may
+//! run on (`cpus.rs`; read again at most once a second, since reading costs tens of
+//! microseconds), and [`next_mode`] decides, with the kernel's hysteresis: per-CPU once the
 //! active threads exceed the CPUs by a quarter (`cpus + cpus / 4`), per-thread again once
 //! they are fewer than three quarters of them (`cpus - cpus / 4`). A count that hovers at
 //! one threshold does not flip the mode at every scan.
@@ -56,6 +57,9 @@ use super::cpus::{self, CpuCount};
 use super::record::{CPU_MODE, LENT, MOVE, NO_ID, ORPHANED, PINS, ThreadRec};
 use super::space::{SpaceInner, SpaceState};
 use crate::sync::{Ordering, lock};
+
+/// How often a scan reads the CPUs again, at most (nanoseconds).
+const RECOUNT_NS: u64 = 1_000_000_000;
 
 /// How a space's threads get their ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +193,7 @@ impl SpaceInner {
         let in_table = self.cpu_ids.get();
         // One thread never makes a switch, whatever the count: skip reading it.
         if active >= 2 || state.mode == IdMode::PerCpu {
-            state.count_cpus();
+            state.count_cpus(self.now_ns());
             if let Some(table) = in_table {
                 table.count(&state.cpus);
             }
@@ -259,11 +263,20 @@ impl SpaceInner {
 
 impl SpaceState {
     /// Reads the CPUs counted (`cpus.rs`), or the count a test set.
-    fn count_cpus(&mut self) {
-        self.cpus = match self.cpus_set {
-            Some(cpus) => CpuCount::plain(cpus),
-            None => CpuCount::read(),
-        };
+    fn count_cpus(&mut self, now: u64) {
+        match self.cpus_set {
+            Some(cpus) => self.cpus = CpuCount::plain(cpus),
+            // Reading takes tens of microseconds (cgroup files): at most once a second, so
+            // a space scanning every 10 ms does not spend its scans on it.
+            None if self
+                .cpus_read_at
+                .is_none_or(|at| now.saturating_sub(at) >= RECOUNT_NS) =>
+            {
+                self.cpus = CpuCount::read();
+                self.cpus_read_at = Some(now);
+            }
+            None => {}
+        }
     }
 
     /// The per-CPU table, made at the first switch to per-CPU mode.

@@ -86,6 +86,8 @@ pub(crate) struct SpaceState {
     pub(super) cpus: CpuCount,
     /// A count of CPUs a test set, in place of the machine's.
     pub(super) cpus_set: Option<usize>,
+    /// When `cpus` was read from the machine (the space's clock), if it was.
+    pub(super) cpus_read_at: Option<u64>,
     /// The per-CPU table's take counts at the previous scan (`cpu_ids.rs`).
     pub(super) lent_seen: Vec<usize>,
 }
@@ -191,6 +193,7 @@ impl SpaceInner {
                     switches: 0,
                     cpus: CpuCount::plain(1),
                     cpus_set: None,
+                    cpus_read_at: None,
                     lent_seen: Vec::new(),
                 }),
                 held: AtomicUsize::new(0),
@@ -261,7 +264,7 @@ impl SpaceInner {
     }
 
     /// The space's clock: its scheduler's, in nanoseconds.
-    fn now_ns(&self) -> u64 {
+    pub(super) fn now_ns(&self) -> u64 {
         self.work.shared().now_ns()
     }
 
