@@ -408,6 +408,12 @@
 //! - `PerCid::take`, `put` and `try_borrow` follow `with`'s protocol (one pin each, no
 //!   lock), and where `with` would panic on nesting they return `None` or give the value
 //!   back. A `SlotGuard` excludes readers and trims for its whole life.
+//! - Ids are bounded by concurrency, as `mm_cid`'s: once the threads active in a scan
+//!   period outnumber the CPUs the process may run on (its affinity and cgroup quota) by
+//!   a quarter, each outermost guard borrows an id for its length, its CPU's first (one
+//!   compare-and-swap), so 200 threads on 2 CPUs hold about 2 ids, plus one per guard
+//!   alive beyond them; back below three quarters of the CPUs, each thread keeps its id
+//!   again. Every other promise holds in both modes and across either switch.
 //! - With a retention, a slot is trimmed only once it has stayed above the high water
 //!   that long, and then exactly once. A scan visits only the `PerCid`s that may have
 //!   slots above the high water: idle ones cost it nothing.

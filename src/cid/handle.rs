@@ -22,6 +22,20 @@ pub const MIN_SCAN_PERIOD: Duration = Duration::from_millis(10);
 /// What a space promises is listed in the [crate documentation](crate#guarantees); the
 /// protocol behind it is written down in the source, at the top of `src/cid/mod.rs`.
 ///
+/// # Two modes
+///
+/// While few threads use the space, each thread keeps its id from one guard to the next
+/// (per-thread mode): `enter()` is a few loads and stores. Once the threads active in a
+/// scan period outnumber the CPUs the process may run on by a quarter (the kernel's
+/// `mm_cid` policy since Linux 6.19), each outermost guard borrows an id for its own
+/// length, starting from the id of the CPU its thread runs on, with one compare-and-swap
+/// (per-CPU mode): 200 threads on 2 CPUs then hold about 2 ids, plus one for each guard
+/// alive beyond them (a thread preempted inside `with`). When fewer than three quarters
+/// of the CPUs' worth of threads are active, the space goes back to per-thread mode. The
+/// scan decides, so a switch takes effect within a scan period; a count that hovers at
+/// one threshold does not flip the mode at each scan. The CPUs counted are the process's
+/// affinity and, on Linux, its cgroup CPU quota, read again at most once a second.
+///
 /// # The scheduler it runs on
 ///
 /// The space's compaction work runs on the scheduler it was built with. Keep that
@@ -127,7 +141,9 @@ impl IdSpace {
     /// Pins the calling thread's id and returns a guard for it. The first call on a thread
     /// takes the lowest free id; later calls reuse it without any atomic read-modify-write,
     /// unless it is no longer below [`held`](Self::held), in which case the thread moves
-    /// to the lowest free id. Nested calls on one thread return the same id.
+    /// to the lowest free id. Nested calls on one thread return the same id. In per-CPU
+    /// mode (see [Two modes](Self#two-modes)) an outermost call borrows an id for the
+    /// guard's length instead, with one compare-and-swap.
     ///
     /// In a `fork()`ed child a space made before the fork never takes its lock (another
     /// thread may have held it at the fork): the forking thread keeps its id, other
@@ -155,7 +171,10 @@ impl IdSpace {
         self.inner.enter()
     }
 
-    /// Ids owned by threads (pinned or not). A thread's id is released when the thread
+    /// Ids owned: by threads (pinned or not) in per-thread mode, and in per-CPU mode by
+    /// the space for the guards that borrow them (an id no guard borrowed for a scan
+    /// period is given back at the next scan, and a thread's exit gives back the ids that
+    /// the threads left no longer need). A thread's id is released when the thread
     /// exits, before `JoinHandle::join` returns; the end of a `std::thread::scope` is not
     /// such a join (it can return before the threads' thread-local destructors ran), so
     /// join scoped threads explicitly before counting on `held()`. If a guard of the

@@ -13,6 +13,10 @@
 //! - `space.rs`: the space's shared state, ownership under the space's
 //!   lock (acquire, publish), the compaction scan around the revoke step, and trims.
 //! - `ids.rs`: the set of owned ids (lowest free first).
+//! - `mode.rs`: per-thread and per-CPU ids, the policy that picks one at each scan (the
+//!   kernel 6.19 `mm_cid` policy, with its hysteresis) and the switch between them;
+//!   `cpu_ids.rs`, the per-CPU mode's table of ids lent to one outermost guard at a time;
+//!   `cpus.rs`, the CPUs the process may run on and the CPU a thread runs on.
 //! - `barrier.rs`: the light and heavy barriers (`membarrier`, or fences).
 //! - `percid.rs`: [`PerCid`], per-id slots; `owner.rs`, `with`'s straight line and cold
 //!   paths (and `take`/`put`'s); `lending.rs`, `take`, `put`, `try_borrow` and
@@ -72,6 +76,16 @@
 //!     the slot as a first value does; a [`SlotGuard`] holds the pin and the borrow until
 //!     it drops. Where `with` would panic (the slot borrowed by this thread, or visited by
 //!     its own reader) they return `None`, or the value, instead.
+//! 12. **Bounded by concurrency**, as `mm_cid` is: while the threads active in a scan
+//!     period outnumber the CPUs the process may run on by a quarter, the space is in
+//!     per-CPU mode (`mode.rs`): each outermost guard borrows an id for its own length,
+//!     its CPU's first, with one compare-and-swap, and gives it back at its drop. The ids
+//!     held are then the CPUs plus the guards alive beyond them (a guard preempted inside
+//!     keeps its id, and the others take a spare), within two scan periods. Back below
+//!     three quarters of the CPUs, per-thread mode again. Every promise above holds in both
+//!     modes and across a switch either way, except that in per-CPU mode a thread keeps
+//!     no id between its guards (7 and 3 describe per-thread mode): two guards of one
+//!     thread made one after the other may get different ids.
 //!
 //! # The protocols
 //!
