@@ -460,3 +460,46 @@ fn a_late_destructor_entering_in_per_cpu_mode_gets_a_unique_id_and_releases_it()
     sched.advance(SCAN);
     assert_eq!(ids.held(), 0);
 }
+
+#[test]
+fn take_put_and_slot_guards_work_in_per_cpu_mode_and_across_a_switch() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    count_cpus_as(&ids, Some(1));
+    switch_id_mode(&ids, true);
+    let pool: Arc<PerCid<Vec<u64>>> = Arc::new(PerCid::new(&ids, Vec::new));
+    // A pool: what a thread puts, the next taker on the CPU finds, whichever thread.
+    assert!(pool.put(vec![1]).is_ok());
+    let taken = std::thread::spawn({
+        let pool = pool.clone();
+        move || pool.take()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(taken, Some(vec![1]), "the CPU's slot, from another thread");
+    // A guard holds its borrowed id and value across both switches; nesting is refused.
+    let mut guard = pool.try_borrow().expect("not borrowed");
+    guard.push(2);
+    let id = ids.enter().get();
+    assert!(pool.try_borrow().is_none() && pool.take().is_none());
+    assert_eq!(pool.put(vec![9]), Err(vec![9]));
+    let other = Owner::start();
+    // Each switch back to per-thread mode is undone by the scan after it (1 CPU, 2 active
+    // threads): the guard lives through both directions.
+    for per_cpu in [false, true, false] {
+        switch_id_mode(&ids, per_cpu);
+        sched.advance(SCAN);
+        let (ids2, pool2) = (ids.clone(), pool.clone());
+        let (report, seen) = mpsc::channel();
+        other.run(move || {
+            let put = pool2.put(vec![3]).is_ok();
+            report.send((ids2.enter().get(), put)).unwrap();
+        });
+        let (other_id, _) = seen.recv().unwrap();
+        assert_ne!(other_id, id, "the guard's id went to another thread");
+        assert_eq!(ids.enter().get(), id, "nested enter under the guard");
+    }
+    assert_eq!(*guard, vec![2]);
+    drop(guard);
+    assert_eq!(pool.take(), Some(vec![2]));
+}
