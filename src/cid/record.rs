@@ -97,7 +97,9 @@ pub(crate) struct ThreadRec {
     /// another epoch of the per-CPU table (`cpu_ids.rs`).
     pub(crate) slots: SlotCache,
     /// X (only its thread): the per-CPU table's epoch when `own` was last borrowed from
-    /// it.
+    /// it; `usize::MAX` once `own` is an id the thread owns (per-thread mode, a forked
+    /// child), so that a later borrow of the same number never keeps a slot cache filled
+    /// for an id that may have been freed since (`mode.rs`, `lent`).
     pub(crate) lent_epoch: AtomicUsize,
 }
 

@@ -550,6 +550,7 @@ impl SpaceInner {
             }
             let id = self.child_id();
             record.own.store(id, Ordering::Relaxed);
+            record.lent_epoch.store(usize::MAX, Ordering::Relaxed);
             record.cid.store(id, Ordering::Relaxed);
             return id;
         }
@@ -578,6 +579,9 @@ impl SpaceInner {
         }
         let id = state.ids.take_lowest();
         record.own.store(id, Ordering::Relaxed);
+        // The slot cache will hold this id's slots: no later borrow of the same number
+        // from the per-CPU table may take them for its own (`mode.rs`, `lent`).
+        record.lent_epoch.store(usize::MAX, Ordering::Relaxed);
         record.cid.store(id, Ordering::Relaxed);
         self.publish(&mut state);
         drop(state);

@@ -503,3 +503,75 @@ fn take_put_and_slot_guards_work_in_per_cpu_mode_and_across_a_switch() {
     drop(guard);
     assert_eq!(pool.take(), Some(vec![2]));
 }
+
+/// A thread's slot cache, filled for an id it owned during a spell of per-thread mode
+/// while the per-CPU table's epoch stood still (a guard held the table's only id), must
+/// not be trusted when the thread later borrows the same number from the table: that id
+/// was revoked and its slot array freed in between. (Found by an attack: the thread wrote
+/// into the freed array; AddressSanitizer reports it, and the count below misses the
+/// increments.)
+#[test]
+fn a_slot_cache_from_a_per_thread_spell_is_not_trusted_by_a_later_borrow() {
+    let sched = Scheduler::manual();
+    let ids = Arc::new(IdSpace::new(&sched));
+    let reclaimed = Arc::new(AtomicU64::new(0));
+    let counters: Arc<PerCid<u64>> = Arc::new(PerCid::with_reclaim(&ids, || 0, {
+        let reclaimed = reclaimed.clone();
+        move |n: &mut u64| {
+            reclaimed.fetch_add(*n, Ordering::SeqCst);
+        }
+    }));
+    let (a, c) = (Owner::start(), Owner::start());
+    let enter = |owner: &Owner| {
+        let ids = ids.clone();
+        owner.run(move || drop(ids.enter()));
+    };
+    let bump = |owner: &Owner| {
+        let counters = counters.clone();
+        owner.run(move || counters.with(|n| *n += 1));
+    };
+    count_cpus_as(&ids, Some(1));
+    enter(&a);
+    // D holds the table's only id through the per-thread spell, so no unreserve moves the
+    // epoch.
+    let d = Owner::start();
+    enter(&d);
+    sched.advance(SCAN);
+    assert!(id_mode(&ids).0);
+    enter(&a); // A borrows table id 0 in epoch 0
+    let (hold, release) = mpsc::channel::<()>();
+    let (held, holding) = mpsc::channel();
+    let d_thread = {
+        let ids = ids.clone();
+        std::thread::spawn(move || {
+            let guard = ids.enter();
+            held.send(guard.get()).unwrap();
+            release.recv().unwrap();
+        })
+    };
+    holding.recv().unwrap();
+    count_cpus_as(&ids, Some(64));
+    sched.advance(SCAN);
+    assert!(!id_mode(&ids).0);
+    bump(&a); // A owns a bitmap id and caches its slot
+    sched.advance(SCAN);
+    sched.advance(SCAN); // A idle: its id revoked, its slot trimmed, the array freed
+    count_cpus_as(&ids, Some(1));
+    enter(&c);
+    sched.advance(SCAN);
+    assert!(id_mode(&ids).0);
+    enter(&c); // C reserves A's old id in the table
+    for _ in 0..5 {
+        bump(&a); // A borrows that number, in the same epoch
+    }
+    hold.send(()).unwrap();
+    d_thread.join().unwrap();
+    drop(d);
+    let mut live = 0;
+    counters.for_each(|n| live += *n);
+    assert_eq!(
+        live + reclaimed.load(Ordering::SeqCst),
+        6,
+        "every increment once"
+    );
+}
