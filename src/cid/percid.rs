@@ -304,7 +304,10 @@ impl<T: Send + 'static> PerCid<T> {
     ///   lives. Other `PerCid`s, even of the same space, may be nested. Where nesting may
     ///   happen, [`try_borrow`](Self::try_borrow) returns `None` instead.
     /// - If it is called from inside a `for_each` callback of the same `PerCid` while that
-    ///   callback visits the calling thread's own slot.
+    ///   callback visits the calling thread's own slot. In per-CPU mode (see
+    ///   [`IdSpace`](crate::IdSpace#two-modes)) the slot `with` uses is the one of the id
+    ///   it borrows, which may be any slot the callback visits: call `take`, `put` or
+    ///   `try_borrow` there instead, which return `None` (or the value) in that case.
     ///
     /// A panic in `f` propagates, and leaves the slot's value as `f` left it.
     ///
