@@ -5,8 +5,8 @@
 //!   bumps (every moment is inside a guard, so nearly every preempted thread holds an id:
 //!   the variant that misses the CPU's own id) and a counter bumped once per unit of other
 //!   work (about 100 ns), as a server counts its requests.
-//! - 200 threads on the machine's CPUs, each entering every millisecond: `held()` and
-//!   `PerCid::live()` after two scan periods, and the `PerCid`'s heap against a fresh one
+//! - 200 threads on the machine's CPUs, each entering every millisecond, then every
+//!   100 ms (once a scan period): `held()` and `PerCid::live()` after two scan periods, and the `PerCid`'s heap against a fresh one
 //!   used by as many threads as there are CPUs.
 
 use std::hint::black_box;
@@ -147,8 +147,14 @@ pub fn four_threads_per_cpu_counting() {
     }
 }
 
-/// 200 threads on the machine's CPUs, each entering every millisecond.
+/// 200 threads on the machine's CPUs, each entering every millisecond, then every 100 ms.
 pub fn two_hundred_threads_every_millisecond() {
+    two_hundred_threads(Duration::from_millis(1));
+    two_hundred_threads(Duration::from_millis(100));
+}
+
+/// 200 threads on the machine's CPUs, each entering every `interval`.
+fn two_hundred_threads(interval: Duration) {
     const THREADS: usize = 200;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let period = Duration::from_millis(100);
@@ -175,7 +181,7 @@ pub fn two_hundred_threads_every_millisecond() {
                     inside.fetch_add(1, Relaxed);
                     slots.with(|slot| slot[0] += 1);
                     inside.fetch_sub(1, Relaxed);
-                    std::thread::sleep(Duration::from_millis(1));
+                    std::thread::sleep(interval);
                 }
                 // Alive, and done with the `PerCid`, while its heap is counted.
                 drop(slots);
@@ -185,8 +191,9 @@ pub fn two_hundred_threads_every_millisecond() {
         })
         .collect();
     entered.wait();
-    // Two scan periods to switch and settle.
-    std::thread::sleep(2 * period + period / 2);
+    // Two scan periods to switch and settle (and two intervals for the threads to
+    // enter again).
+    std::thread::sleep(2 * period.max(interval) + period / 2);
     let (mut held, mut live, mut most_inside) = (Vec::new(), Vec::new(), 0);
     let began = Instant::now();
     while began.elapsed() < 10 * period {
@@ -211,7 +218,7 @@ pub fn two_hundred_threads_every_millisecond() {
     live.sort_unstable();
     let fresh = fresh_heap(cpus);
     println!(
-        "  {THREADS} threads on {cpus} CPUs, each entering every ms (per-CPU mode: {per_cpu}): held median {} max {}   PerCid::live median {} max {}   (target <= CPUs + guards alive beyond them; most counted inside at once: {most_inside})   PerCid heap {used} B vs fresh with {cpus} threads {fresh} B ({:.2}x, target <= 2x)",
+        "  {THREADS} threads on {cpus} CPUs, each entering every {interval:?} (per-CPU mode: {per_cpu}): held median {} max {}   PerCid::live median {} max {}   (target <= CPUs + guards alive beyond them; most counted inside at once: {most_inside})   PerCid heap {used} B vs fresh with {cpus} threads {fresh} B ({:.2}x, target <= 2x)",
         held[held.len() / 2],
         held[held.len() - 1],
         live[live.len() / 2],
