@@ -38,7 +38,7 @@
 
 use super::cpus::CpuCount;
 use super::ids::IdSet;
-use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// A guard holds the id.
 const HELD: usize = 1;
@@ -251,16 +251,22 @@ impl CpuIds {
     }
 
     /// Under the space lock, when a thread leaves the space: gives back reserved ids that
-    /// no guard holds, the highest first, until no more are free than `borrowers` (the
-    /// threads left that may borrow one next), so that the ids held never exceed the
-    /// threads (as the kernel's `mm_cid` stays below them) and the last thread's exit
-    /// leaves none but those of guards still alive.
-    pub(crate) fn fit_locked(&self, ids: &mut IdSet, borrowers: usize) {
+    /// no guard holds, the highest first, until no more are free than the threads left
+    /// that may borrow one next (`borrowing` threads borrow, and those that hold an id of
+    /// the table or one of the `lent_past_table` need none now), so that the ids held
+    /// never exceed the threads (as the kernel's `mm_cid` stays below them) and the last
+    /// thread's exit leaves none but those of guards still alive.
+    pub(crate) fn fit_locked(&self, ids: &mut IdSet, borrowing: usize, lent_past_table: usize) {
         let top = self.top.load(Ordering::Relaxed);
-        let mut free = self.entries[..top]
-            .iter()
-            .filter(|entry| entry.word.load(Ordering::Relaxed) & (RESERVED | HELD) == RESERVED)
-            .count();
+        let (mut free, mut held) = (0, 0);
+        for entry in &self.entries[..top] {
+            match entry.word.load(Ordering::Relaxed) & (RESERVED | HELD) {
+                RESERVED => free += 1,
+                word if word == RESERVED | HELD => held += 1,
+                _ => {}
+            }
+        }
+        let borrowers = borrowing.saturating_sub(held + lent_past_table);
         for id in (0..top).rev() {
             if free <= borrowers {
                 break;
@@ -302,6 +308,70 @@ impl CpuIds {
     #[cfg(test)]
     fn is_reserved(&self, id: usize) -> bool {
         self.entries[id].word.load(Ordering::Relaxed) & RESERVED != 0
+    }
+}
+
+/// A space's table, made at the first switch to per-CPU mode and kept for the space's
+/// life (a thread that read `CPU_MODE` may borrow from it after a switch back). Made and
+/// published under the space lock; read without it by borrowers, which must see it whole:
+/// a release store and acquire loads, which loom follows too.
+#[derive(Debug)]
+pub(crate) struct TableCell {
+    /// A: null until the first switch, then a `Box<CpuIds>`'s pointer, never changed.
+    table: AtomicPtr<CpuIds>,
+}
+
+impl TableCell {
+    pub(crate) fn new() -> TableCell {
+        TableCell {
+            table: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The table, if a switch made it.
+    #[inline(always)]
+    pub(crate) fn get(&self) -> Option<&CpuIds> {
+        let table = self.table.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a `Box<CpuIds>` made by `get_or_make_locked`, freed
+        // only by this cell's drop, which `&self` excludes.
+        unsafe { table.as_ref() }
+    }
+
+    /// The table, if a switch made it, for a caller that holds the space lock (under which
+    /// the table is made): the lock orders the read, so it adds no step to a loom model.
+    pub(crate) fn get_locked(&self) -> Option<&CpuIds> {
+        // SAFETY (loom's `unsync_load`): the only store happens under the space lock, which
+        // the caller holds, so none is concurrent with this load.
+        #[cfg(all(loom, feature = "loom"))]
+        let table = unsafe { self.table.unsync_load() };
+        #[cfg(not(all(loom, feature = "loom")))]
+        let table = self.table.load(Ordering::Relaxed);
+        // SAFETY: as in `get`.
+        unsafe { table.as_ref() }
+    }
+
+    /// The table, made by `make` if there is none. The caller holds the space lock, so
+    /// no other maker runs at once.
+    pub(crate) fn get_or_make_locked(&self, make: impl FnOnce() -> CpuIds) -> &CpuIds {
+        if let Some(table) = self.get_locked() {
+            return table;
+        }
+        let table = Box::into_raw(Box::new(make()));
+        // Release: a borrower that loads the pointer sees the table's words as made.
+        self.table.store(table, Ordering::Release);
+        // SAFETY: just made from a `Box`, freed only by this cell's drop.
+        unsafe { &*table }
+    }
+}
+
+impl Drop for TableCell {
+    fn drop(&mut self) {
+        let table = self.table.load(Ordering::Acquire);
+        if !table.is_null() {
+            // SAFETY: made by `Box::into_raw` in `get_or_make_locked`, and this is the
+            // cell's only drop; no borrower is left (they borrow the space).
+            drop(unsafe { Box::from_raw(table) });
+        }
     }
 }
 

@@ -93,13 +93,32 @@ impl SpaceInner {
     /// borrows an id of the table without the lock, or takes the lock path. Called pinned.
     #[inline(never)]
     pub(super) fn lend_id(&self, record: &ThreadRec) -> usize {
-        if let Some(table) = self.cpu_ids.get() {
+        if let Some(table) = self.table_seen_by(record) {
             if let Some((id, epoch)) = table.take(cpu_hint(record)) {
                 lent(record, id, epoch);
                 return id;
             }
         }
         self.lend_locked_cold(record)
+    }
+
+    /// The space's table, as `record`'s thread saw it: once seen, from the record (a load
+    /// of the thread's own line, and no shared load that a loom model would have to
+    /// interleave at every borrow and give-back); the table never changes once made.
+    #[inline(always)]
+    fn table_seen_by(&self, record: &ThreadRec) -> Option<&CpuIds> {
+        let seen = record.table.load(std::sync::atomic::Ordering::Relaxed);
+        if !seen.is_null() {
+            // SAFETY: `seen` is this space's table (a record belongs to one space), which
+            // lives as long as the space, and `&self` borrows the space.
+            return Some(unsafe { &*seen });
+        }
+        let table = self.cpu_ids.get()?;
+        record.table.store(
+            table as *const CpuIds as *mut CpuIds,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Some(table)
     }
 
     /// `lend_id` when the table had no free id: the lock path.
@@ -123,13 +142,20 @@ impl SpaceInner {
             state.ids.release(current & !MOVE);
         }
         record.cid.store(CPU_MODE, Ordering::Relaxed);
-        let table = self.cpu_ids.get_or_init(|| state.make_cpu_table());
+        let table = self.cpu_ids.get_or_make_locked(|| state.make_cpu_table());
+        record.table.store(
+            table as *const CpuIds as *mut CpuIds,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let cpu = cpu_hint(record);
         let (id, epoch) = table
             .take(cpu)
             .or_else(|| table.reserve_locked(&mut state.ids, cpu))
             // Past the table: an id of the bitmap for this guard alone.
-            .unwrap_or_else(|| (state.ids.take_lowest(), usize::MAX));
+            .unwrap_or_else(|| {
+                state.lent_past_table += 1;
+                (state.ids.take_lowest(), usize::MAX)
+            });
         lent(record, id, epoch);
         id
     }
@@ -141,7 +167,9 @@ impl SpaceInner {
     #[inline(always)]
     pub(super) fn drop_last_flagged(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
         if left & PINS == LENT {
-            if let Some(table) = self.cpu_ids.get() {
+            // SAFETY: as in `Cid::drop`: the record lives until its last guard's drop
+            // ends (this one).
+            if let Some(table) = self.table_seen_by(unsafe { record.as_ref() }) {
                 if id < table.size() {
                     table.release(id);
                     // SAFETY: as in `Cid::drop`: the record lives until its last guard's
@@ -161,7 +189,8 @@ impl SpaceInner {
     #[inline(never)]
     fn drop_last_flagged_slow(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
         if left & LENT != 0 {
-            self.give_back_lent(id);
+            // SAFETY: as in `drop_last_flagged`.
+            self.give_back_lent(unsafe { record.as_ref() }, id);
             // SAFETY: as in `drop_last_flagged`.
             unsafe { record.as_ref() }
                 .pin
@@ -172,17 +201,17 @@ impl SpaceInner {
         }
     }
 
-    /// The outermost guard that borrowed `id` (per-CPU mode) drops.
-    fn give_back_lent(&self, id: usize) {
+    /// The outermost guard of `record`'s thread that borrowed `id` (per-CPU mode) drops.
+    fn give_back_lent(&self, record: &ThreadRec, id: usize) {
         let table = self
-            .cpu_ids
-            .get()
+            .table_seen_by(record)
             .expect("an id was lent, so the table exists");
         if id < table.size() {
             table.release(id);
         } else if !self.in_forked_child() {
             let mut state = lock(&self.state);
             state.ids.release(id);
+            state.lent_past_table -= 1;
             self.publish(&mut state);
         }
     }
@@ -190,7 +219,7 @@ impl SpaceInner {
     /// At a scan, under the lock: counts the CPUs, picks the mode for `active` threads
     /// (switching if it changes), and gives back the table's ids that went idle.
     pub(super) fn choose_mode(&self, state: &mut SpaceState, active: usize) {
-        let in_table = self.cpu_ids.get();
+        let in_table = self.cpu_ids.get_locked();
         // One thread never makes a switch, whatever the count: skip reading it.
         if active >= 2 || state.mode == IdMode::PerCpu {
             state.count_cpus(self.now_ns());
@@ -202,7 +231,7 @@ impl SpaceInner {
                 self.switch_locked(state, next);
             }
         }
-        if let Some(table) = self.cpu_ids.get() {
+        if let Some(table) = self.cpu_ids.get_locked() {
             let everything = state.mode == IdMode::PerThread;
             table.unreserve_locked(&mut state.ids, &mut state.lent_seen, everything);
         }
@@ -213,13 +242,14 @@ impl SpaceInner {
         state.mode = to;
         state.switches += 1;
         if to == IdMode::PerCpu {
-            self.cpu_ids.get_or_init(|| state.make_cpu_table());
+            self.cpu_ids.get_or_make_locked(|| state.make_cpu_table());
         }
         for record in &state.threads {
-            let cid = record.cid.load(Ordering::Relaxed);
-            let orphan = record.pin.load(Ordering::Relaxed) & ORPHANED != 0;
+            let cid = record.cid_locked();
+            // (An orphan made late, with no id yet, may get `CPU_MODE` too: `acquire`
+            // gives an orphan an id of its own whatever its `cid` says.)
             let switched = match to {
-                IdMode::PerCpu if cid == NO_ID && !orphan => CPU_MODE,
+                IdMode::PerCpu if cid == NO_ID => CPU_MODE,
                 IdMode::PerCpu if cid < MOVE => cid | MOVE,
                 IdMode::PerThread if cid == CPU_MODE => NO_ID,
                 _ => continue,

@@ -4,9 +4,10 @@
 //!
 //! The protocols that read and write them are in `pin.rs` (the pin and orphan protocols)
 //! and `registry.rs` (the thread-local half); the space's scan reads them in `space.rs`.
-//! This file imports nothing else of `cid` but the slot cache, so each of those files
-//! may name a record without importing one another.
+//! This file imports nothing else of `cid` but the slot cache and the per-CPU table's
+//! type, so each of those files may name a record without importing one another.
 
+use super::cpu_ids::CpuIds;
 use super::slots::SlotCache;
 use crate::sync::AtomicUsize;
 
@@ -101,9 +102,27 @@ pub(crate) struct ThreadRec {
     /// child), so that a later borrow of the same number never keeps a slot cache filled
     /// for an id that may have been freed since (`mode.rs`, `lent`).
     pub(crate) lent_epoch: AtomicUsize,
+    /// X (only its thread): the space's per-CPU table once the thread saw it (null
+    /// before), so that a borrow and its give-back read the thread's own line. A std
+    /// atomic: only its thread touches it.
+    pub(crate) table: std::sync::atomic::AtomicPtr<CpuIds>,
 }
 
 impl ThreadRec {
+    /// `cid`, read by a caller that holds the space lock. Every store to `cid` is made
+    /// under that lock (a forked child, which never takes it, has no other thread that
+    /// reads this), so the read needs no ordering, and adds no step to a loom model.
+    #[inline]
+    pub(crate) fn cid_locked(&self) -> usize {
+        // SAFETY (loom's `unsync_load`): no store to `cid` is concurrent with a holder of
+        // the space lock.
+        #[cfg(all(loom, feature = "loom"))]
+        let cid = unsafe { self.cid.unsync_load() };
+        #[cfg(not(all(loom, feature = "loom")))]
+        let cid = self.cid.load(crate::sync::Ordering::Relaxed);
+        cid
+    }
+
     pub(crate) fn new() -> Self {
         ThreadRec {
             cid: AtomicUsize::new(NO_ID),
@@ -112,6 +131,7 @@ impl ThreadRec {
             seen: AtomicUsize::new(0),
             slots: SlotCache::new(),
             lent_epoch: AtomicUsize::new(usize::MAX),
+            table: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 }

@@ -6,12 +6,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::barrier;
-use super::cpu_ids::CpuIds;
+use super::cpu_ids::TableCell;
 use super::cpus::CpuCount;
 use super::ids::IdSet;
 use super::mode::IdMode;
 use super::reach::{FORGOTTEN, ReachIndex, Reachable};
-use super::record::{CPU_MODE, MOVE, NO_ID, ORPHANED, ThreadRec, pinned};
+use super::record::{CPU_MODE, MOVE, NO_ID, ORPHANED, ThreadRec};
 use super::retention::HighWaterHistory;
 use crate::contain::contain;
 use crate::sync::{AtomicUsize, Mutex, Ordering, lock};
@@ -90,6 +90,8 @@ pub(crate) struct SpaceState {
     pub(super) cpus_read_at: Option<u64>,
     /// The per-CPU table's take counts at the previous scan (`cpu_ids.rs`).
     pub(super) lent_seen: Vec<usize>,
+    /// Ids lent past the per-CPU table's size, held by guards now.
+    pub(super) lent_past_table: usize,
 }
 
 /// The bounds of a trim, under the space lock: ids at or above `high_water` are owned by
@@ -126,10 +128,8 @@ pub(crate) struct SpaceInner {
     /// I: this space, for the retention work's closure.
     me: Weak<SpaceInner>,
     /// The per-CPU mode's table of ids (`cpu_ids.rs`), made under the lock at the first
-    /// switch to it and kept for the space's life (a thread that read `CPU_MODE` may
-    /// borrow from it after a switch back). A std `OnceLock`: its contents are made under
-    /// the space lock, which orders them for loom.
-    pub(super) cpu_ids: std::sync::OnceLock<CpuIds>,
+    /// switch to it and kept for the space's life.
+    pub(super) cpu_ids: TableCell,
     /// I: the compaction work's period.
     period: Duration,
     /// I: the fork generation the space was made in: in a forked child its lock may have
@@ -195,6 +195,7 @@ impl SpaceInner {
                     cpus_set: None,
                     cpus_read_at: None,
                     lent_seen: Vec::new(),
+                    lent_past_table: 0,
                 }),
                 held: AtomicUsize::new(0),
                 high_water: AtomicUsize::new(0),
@@ -202,7 +203,7 @@ impl SpaceInner {
                 work,
                 retention_work: std::sync::OnceLock::new(),
                 me,
-                cpu_ids: std::sync::OnceLock::new(),
+                cpu_ids: TableCell::new(),
                 period,
                 fork_generation: crate::fork::generation(),
                 child_ids: std::sync::atomic::AtomicUsize::new(0),
@@ -293,18 +294,16 @@ impl SpaceInner {
         }
         state.threads.retain(|other| !Arc::ptr_eq(other, record));
         self.threads.store(state.threads.len(), Ordering::Relaxed);
-        if let Some(table) = self.cpu_ids.get() {
-            // The threads that may borrow an id next (a pinned one holds its id already;
-            // an orphan that owns one never borrows).
-            let borrowers = state
+        if let Some(table) = self.cpu_ids.get_locked() {
+            // The threads that borrow (an orphan that owns an id never does); those that
+            // hold an id now need no spare.
+            let borrowing = state
                 .threads
                 .iter()
-                .filter(|other| {
-                    other.cid.load(Ordering::Relaxed) == CPU_MODE
-                        && !pinned(other.pin.load(Ordering::Relaxed))
-                })
+                .filter(|other| other.cid_locked() == CPU_MODE)
                 .count();
-            table.fit_locked(&mut state.ids, borrowers);
+            let lent_past_table = state.lent_past_table;
+            table.fit_locked(&mut state.ids, borrowing, lent_past_table);
         }
         self.publish(&mut state);
         shrink(&mut state.threads);
