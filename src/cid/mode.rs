@@ -163,8 +163,10 @@ impl SpaceInner {
     /// The drop of a thread's last guard left `left` in its pin word, with `LENT` or
     /// `ORPHANED` set: gives the borrowed id `id` back, then releases an orphan. The drop
     /// of a guard that borrowed an id of the table, the per-CPU mode's straight line, is
-    /// a load and two stores here; the rest is out of line.
-    #[inline(always)]
+    /// a load and two stores here; the rest is out of line. Itself out of line, so that
+    /// the drop of a guard, which per-thread mode inlines everywhere, stays as small as the
+    /// one compare that leads here.
+    #[inline(never)]
     pub(super) fn drop_last_flagged(&self, record: NonNull<ThreadRec>, left: usize, id: usize) {
         if left & PINS == LENT {
             // SAFETY: as in `Cid::drop`: the record lives until its last guard's drop
