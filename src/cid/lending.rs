@@ -50,6 +50,15 @@ impl<T: Send + 'static> PerCid<T> {
     /// regex-automata's pool does) and the pair costs about three `with` calls (6.6 ns
     /// here); a 24-byte `Vec` moved through memory costs several times that.
     ///
+    /// In per-CPU mode (see [`IdSpace`](crate::IdSpace#two-modes)) the slot is the one of
+    /// the id the call borrows, the CPU's: a value taken stays out for as long as its
+    /// taker keeps it, another thread on that CPU meanwhile finds the slot empty, and the
+    /// later of two `put`s there finds it full. With many more threads than CPUs each
+    /// holding a value between `take` and `put` (preempted in between), most values are
+    /// made anew and dropped: where the value is used on one thread,
+    /// [`try_borrow`](Self::try_borrow) keeps it in its slot, and a guard preempted inside
+    /// keeps its slot while the others take a spare's.
+    ///
     /// # Examples
     ///
     /// A pool whose guard is `Send`: it holds the value, not the slot.
