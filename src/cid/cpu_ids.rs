@@ -241,13 +241,19 @@ impl CpuIds {
                 reserved -= 1;
             }
         }
-        let new_top = self.entries[..new_top]
+        seen.truncate(self.lower_top(new_top));
+        reserved
+    }
+
+    /// Under the space lock: sets `top` to one past the highest reserved entry below
+    /// `below` (none is reserved from there up), and returns it.
+    fn lower_top(&self, below: usize) -> usize {
+        let top = self.entries[..below]
             .iter()
             .rposition(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
             .map_or(0, |id| id + 1);
-        self.top.store(new_top, Ordering::Relaxed);
-        seen.truncate(new_top);
-        reserved
+        self.top.store(top, Ordering::Relaxed);
+        top
     }
 
     /// Under the space lock, when a thread leaves the space: gives back reserved ids that
@@ -276,11 +282,7 @@ impl CpuIds {
                 free -= 1;
             }
         }
-        let new_top = self.entries[..top]
-            .iter()
-            .rposition(|entry| entry.word.load(Ordering::Relaxed) & RESERVED != 0)
-            .map_or(0, |id| id + 1);
-        self.top.store(new_top, Ordering::Relaxed);
+        self.lower_top(top);
     }
 
     /// Under the space lock: gives entry `id`, whose word read `word` (reserved, not

@@ -173,16 +173,7 @@ mod os {
                 return Some(cpu as usize);
             }
         }
-        asked()
-    }
-
-    /// The CPU from `sched_getcpu()`, where rseq does not say.
-    #[cold]
-    #[inline(never)]
-    fn asked() -> Option<usize> {
-        // SAFETY: no preconditions.
-        let cpu = unsafe { libc::sched_getcpu() };
-        usize::try_from(cpu).ok()
+        super::asked()
     }
 
     /// Looks `__rseq_offset` and `__rseq_size` up once.
@@ -244,10 +235,25 @@ mod os {
 mod os {
     #[inline]
     pub(super) fn current() -> Option<usize> {
-        // SAFETY: no preconditions.
-        let cpu = unsafe { libc::sched_getcpu() };
-        usize::try_from(cpu).ok()
+        super::asked()
     }
+}
+
+/// The CPU from `sched_getcpu()` (where rseq does not say, on Linux).
+#[cfg(all(
+    any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "freebsd",
+        target_os = "dragonfly"
+    ),
+    not(all(loom, feature = "loom"))
+))]
+#[inline(never)]
+fn asked() -> Option<usize> {
+    // SAFETY: no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
 }
 
 #[cfg(all(windows, not(all(loom, feature = "loom"))))]
