@@ -111,10 +111,18 @@ impl CpuIds {
 
     /// The index below the CPUs counted that a thread on `cpu` starts from.
     #[inline]
+    /// Below the table's size too: the CPUs counted never exceed half of it (the table is
+    /// sized for the machine's CPUs), except where a test counts more.
     fn home(&self, cpu: usize, cpus: usize) -> usize {
-        match self.homes.get(cpu) {
+        let home = match self.homes.get(cpu) {
             Some(home) => (home.load(Ordering::Relaxed) as usize).min(cpus - 1),
             None => cpu % cpus,
+        };
+        // A compare, not a division, on the straight line.
+        if home < self.size() {
+            home
+        } else {
+            home % self.size()
         }
     }
 
@@ -126,8 +134,7 @@ impl CpuIds {
     pub(crate) fn take(&self, cpu: usize) -> Option<(usize, usize)> {
         let cpus = self.cpus.load(Ordering::Relaxed);
         let home = self.home(cpu, cpus);
-        let entry = self.entries.get(home)?;
-        let word = entry.word.load(Ordering::Relaxed);
+        let word = self.entries[home].word.load(Ordering::Relaxed);
         if word & (RESERVED | HELD) == RESERVED && self.try_take_word(home, word) {
             return Some((home, self.epoch.load(Ordering::Relaxed)));
         }
@@ -429,6 +436,22 @@ mod tests {
         table.release(1);
         assert_eq!(table.unreserve_locked(&mut ids, &mut seen, true), 0);
         assert_eq!((ids.owned(), table.top.load(Ordering::Relaxed)), (0, 0));
+    }
+
+    #[test]
+    fn more_cpus_counted_than_the_table_has_ids_stay_within_it() {
+        let (table, mut ids) = (table(1), IdSet::default());
+        table.count(&CpuCount::plain(1_000));
+        for cpu in [0, 15, 16, 17, 999, 5_000] {
+            let (id, _) = table
+                .reserve_locked(&mut ids, cpu)
+                .expect("an id of the table");
+            assert!(id < table.size());
+            table.release(id);
+            let (id, _) = table.take(cpu).expect("the id just given back");
+            assert!(id < table.size());
+            table.release(id);
+        }
     }
 
     #[test]
