@@ -109,10 +109,10 @@ impl CpuIds {
         self.cpus.store(count.cpus, Ordering::Relaxed);
     }
 
-    /// The index below the CPUs counted that a thread on `cpu` starts from.
+    /// The index below the CPUs counted that a thread on `cpu` starts from, and below the
+    /// table's size too: the CPUs counted never exceed half of it (the table is sized for
+    /// the machine's CPUs), except where a test counts more.
     #[inline]
-    /// Below the table's size too: the CPUs counted never exceed half of it (the table is
-    /// sized for the machine's CPUs), except where a test counts more.
     fn home(&self, cpu: usize, cpus: usize) -> usize {
         let home = match self.homes.get(cpu) {
             Some(home) => (home.load(Ordering::Relaxed) as usize).min(cpus - 1),
