@@ -17,7 +17,8 @@
 //!   without `HELD`. Nobody else writes a held entry: takers and the scan only swap from
 //!   values without `HELD`.
 //! - **Reserve** (under the space lock): when no reserved id is free, the space takes a
-//!   free id of the bitmap for the table, its CPU's own first, and the guard holds it
+//!   free id of the bitmap for the table, the lowest (as the kernel gives a CPU the lowest
+//!   free cid), the CPU's threads try it first from then on, and the guard holds it
 //!   at once. Beyond the table, the guard gets an id of the bitmap for its length alone
 //!   (`SpaceInner::lend_id`).
 //! - **Unreserve** (the scan, under the space lock): a reserved id that no guard holds
@@ -61,10 +62,9 @@ struct Entry {
 pub(crate) struct CpuIds {
     /// A: one entry per id below the table's size.
     entries: Box<[Entry]>,
-    /// A (written under the space lock): the CPUs counted, at least 1.
-    cpus: AtomicUsize,
-    /// A (written under the space lock): each CPU number's index below `cpus` (its
-    /// position among the allowed CPUs); CPU numbers past it are taken modulo `cpus`.
+    /// A (any taker, relaxed: a hint): for each CPU number (modulo the length), the id its
+    /// threads took last, which they try first; at first, the CPU's position among the
+    /// allowed CPUs.
     homes: Box<[AtomicU32]>,
     /// A (written under the space lock): one past the highest reserved entry.
     top: AtomicUsize,
@@ -78,21 +78,18 @@ impl CpuIds {
     /// that a guard preempted on each CPU still leaves a spare without the lock.
     pub(crate) fn new(count: &CpuCount, machine_cpus: usize) -> CpuIds {
         let size = (2 * machine_cpus.max(count.cpus)).max(16);
-        let table = CpuIds {
+        CpuIds {
             entries: (0..size)
                 .map(|_| Entry {
                     word: AtomicUsize::new(0),
                 })
                 .collect(),
-            cpus: AtomicUsize::new(1),
-            homes: (0..count.positions.len().max(machine_cpus))
-                .map(|_| AtomicU32::new(0))
+            homes: (0..count.positions.len().max(machine_cpus).max(1))
+                .map(|cpu| AtomicU32::new(count.home(cpu) as u32))
                 .collect(),
             top: AtomicUsize::new(0),
             epoch: AtomicUsize::new(0),
-        };
-        table.count(count);
-        table
+        }
     }
 
     /// The table's size: ids from it up are lent by the bitmap alone.
@@ -101,54 +98,45 @@ impl CpuIds {
         self.entries.len()
     }
 
-    /// Under the space lock: the CPUs counted are `count` from now on.
-    pub(crate) fn count(&self, count: &CpuCount) {
-        for (cpu, home) in self.homes.iter().enumerate() {
-            home.store(count.home(cpu) as u32, Ordering::Relaxed);
-        }
-        self.cpus.store(count.cpus, Ordering::Relaxed);
-    }
-
-    /// The index below the CPUs counted that a thread on `cpu` starts from, and below the
-    /// table's size too: the CPUs counted never exceed half of it (the table is sized for
-    /// the machine's CPUs), except where a test counts more.
+    /// The id a thread on `cpu` tries first: the one the CPU's threads took last (at
+    /// first, the CPU's position among the allowed ones). Below the table's size.
     #[inline]
-    fn home(&self, cpu: usize, cpus: usize) -> usize {
-        let home = match self.homes.get(cpu) {
-            Some(home) => (home.load(Ordering::Relaxed) as usize).min(cpus - 1),
-            None => cpu % cpus,
-        };
-        // A compare, not a division, on the straight line.
-        if home < self.size() {
-            home
+    fn home(&self, cpu: usize) -> (usize, &AtomicU32) {
+        let slot = &self.homes[if cpu < self.homes.len() {
+            cpu
         } else {
-            home % self.size()
-        }
+            cpu % self.homes.len()
+        }];
+        let home = slot.load(Ordering::Relaxed) as usize;
+        // A compare, not a division, on the straight line.
+        (if home < self.size() { home } else { 0 }, slot)
     }
 
     /// Takes a reserved id that no guard holds, lock-free: `cpu`'s id, or if it is held or
     /// not reserved, the lowest. `None` if no reserved id is free (the lock path reserves
-    /// one, the CPU's own if it is free). Returns the id and the epoch (see the module
+    /// one). Returns the id and the epoch (see the module
     /// docs).
     #[inline]
     pub(crate) fn take(&self, cpu: usize) -> Option<(usize, usize)> {
-        let cpus = self.cpus.load(Ordering::Relaxed);
-        let home = self.home(cpu, cpus);
+        let (home, slot) = self.home(cpu);
         let word = self.entries[home].word.load(Ordering::Relaxed);
         if word & (RESERVED | HELD) == RESERVED && self.try_take_word(home, word) {
             return Some((home, self.epoch.load(Ordering::Relaxed)));
         }
-        self.take_spare(home)
+        self.take_spare(home, slot)
     }
 
-    /// `take` once the CPU's own id was held or not reserved: the lowest reserved id that
+    /// `take` once the CPU's last id was held or not reserved: the lowest reserved id that
     /// no guard holds, so that the spares in use at any moment are the lowest ones and the ids held
     /// follow the guards alive beyond the CPUs, not the CPUs they ran on.
     #[cold]
     #[inline(never)]
-    fn take_spare(&self, home: usize) -> Option<(usize, usize)> {
+    fn take_spare(&self, home: usize, slot: &AtomicU32) -> Option<(usize, usize)> {
         let top = self.top.load(Ordering::Relaxed).min(self.size());
         let id = (0..top).find(|&id| id != home && self.try_take(id))?;
+        // The CPU's threads try this one first from now on (while a preempted guard keeps
+        // the other, the thread that runs finds its spare at once).
+        slot.store(id as u32, Ordering::Relaxed);
         Some((id, self.epoch.load(Ordering::Relaxed)))
     }
 
@@ -188,17 +176,13 @@ impl CpuIds {
     /// the table, `cpu`'s own id if it is free, else the lowest free one, held by the
     /// caller. `None` if every id of the table is owned. Returns the id and the epoch.
     pub(crate) fn reserve_locked(&self, ids: &mut IdSet, cpu: usize) -> Option<(usize, usize)> {
-        let cpus = self.cpus.load(Ordering::Relaxed);
-        let home = self.home(cpu, cpus);
-        let id = Some(home).filter(|&home| ids.take(home)).or_else(|| {
-            let id = ids.take_lowest();
-            if id < self.size() {
-                Some(id)
-            } else {
-                ids.release(id);
-                None
-            }
-        })?;
+        let (_, slot) = self.home(cpu);
+        let id = ids.take_lowest();
+        if id >= self.size() {
+            ids.release(id);
+            return None;
+        }
+        slot.store(id as u32, Ordering::Relaxed);
         let entry = &self.entries[id];
         let word = entry.word.load(Ordering::Relaxed);
         debug_assert!(word & (RESERVED | HELD) == 0, "reserving a reserved id");
@@ -393,26 +377,23 @@ mod tests {
     }
 
     #[test]
-    fn a_cpu_takes_its_own_id_then_the_lowest() {
+    fn a_cpu_takes_the_id_its_threads_took_last_then_the_lowest() {
         let (table, mut ids) = (table(2), IdSet::default());
         assert_eq!(table.take(1), None, "nothing reserved yet");
-        assert_eq!(table.reserve_locked(&mut ids, 1), Some((1, 0)), "its own");
-        assert_eq!(table.reserve_locked(&mut ids, 0), Some((0, 0)));
-        assert_eq!(
-            table.reserve_locked(&mut ids, 1),
-            Some((2, 0)),
-            "the lowest"
-        );
-        assert_eq!(table.reserve_locked(&mut ids, 1), Some((3, 0)));
-        for id in 0..4 {
+        // Reserved lowest first, whichever CPU asks: dense.
+        assert_eq!(table.reserve_locked(&mut ids, 1), Some((0, 0)));
+        assert_eq!(table.reserve_locked(&mut ids, 0), Some((1, 0)));
+        assert_eq!(table.reserve_locked(&mut ids, 1), Some((2, 0)));
+        for id in 0..3 {
             table.release(id);
         }
-        assert_eq!(table.take(1), Some((1, 0)), "its own");
+        assert_eq!(table.take(1), Some((2, 0)), "CPU 1's last id");
         assert_eq!(table.take(1), Some((0, 0)), "then the lowest");
-        assert_eq!(table.take(1), Some((2, 0)));
-        assert_eq!(table.take(1), Some((3, 0)));
-        assert_eq!(table.take(1), None);
-        assert_eq!(ids.owned(), 4);
+        assert_eq!(table.take(0), Some((1, 0)), "CPU 0's last id");
+        assert_eq!(table.take(0), None);
+        table.release(0);
+        assert_eq!(table.take(1), Some((0, 0)), "CPU 1's last is now 0");
+        assert_eq!(ids.owned(), 3);
     }
 
     #[test]
@@ -425,23 +406,25 @@ mod tests {
         table.release(2);
         // First look: everything was taken since (the scan had seen nothing).
         assert_eq!(table.unreserve_locked(&mut ids, &mut seen, false), 3);
-        assert_eq!(table.take(0), Some((0, 0)));
-        table.release(0);
-        // Second: id 2 idle for a whole scan goes; 0 was taken again; 1 is held.
-        assert_eq!(table.unreserve_locked(&mut ids, &mut seen, false), 2);
-        assert!(!table.is_reserved(2));
-        assert_eq!(ids.owned(), 2);
-        assert_eq!(table.take(0), Some((0, 1)), "the epoch moved");
-        table.release(0);
+        assert_eq!(table.take(0), Some((2, 0)), "CPU 0's last id");
+        table.release(2);
+        // Second: id 0 idle for a whole scan goes; then 2, free and not below the ids
+        // still held (compaction); 1 is held.
+        assert_eq!(table.unreserve_locked(&mut ids, &mut seen, false), 1);
+        assert!(!table.is_reserved(0) && !table.is_reserved(2));
+        assert_eq!(ids.owned(), 1);
+        assert_eq!(table.take(0), None, "its last id went, and 1 is held");
+        table.release(1);
+        assert_eq!(table.take(0), Some((1, 2)), "the epoch moved");
         table.release(1);
         assert_eq!(table.unreserve_locked(&mut ids, &mut seen, true), 0);
         assert_eq!((ids.owned(), table.top.load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]
-    fn more_cpus_counted_than_the_table_has_ids_stay_within_it() {
-        let (table, mut ids) = (table(1), IdSet::default());
-        table.count(&CpuCount::plain(1_000));
+    fn cpus_past_the_table_start_within_it() {
+        let (mut ids, machine) = (IdSet::default(), 1);
+        let table = CpuIds::new(&CpuCount::plain(1_000), machine);
         for cpu in [0, 15, 16, 17, 999, 5_000] {
             let (id, _) = table
                 .reserve_locked(&mut ids, cpu)

@@ -23,20 +23,6 @@ impl IdSet {
         word * 64 + bit
     }
 
-    /// Takes `id` if it is free; `false` if it is owned.
-    pub(crate) fn take(&mut self, id: usize) -> bool {
-        let (word, bit) = (id / 64, id % 64);
-        if word >= self.words.len() {
-            self.words.resize(word + 1, 0);
-        }
-        if self.words[word] & (1 << bit) != 0 {
-            return false;
-        }
-        self.words[word] |= 1 << bit;
-        self.owned += 1;
-        true
-    }
-
     pub(crate) fn release(&mut self, id: usize) {
         let (word, bit) = (id / 64, id % 64);
         debug_assert!(self.words[word] & (1 << bit) != 0, "releasing a free id");

