@@ -134,9 +134,12 @@ impl CpuIds {
     fn take_spare(&self, home: usize, slot: &AtomicU32) -> Option<(usize, usize)> {
         let top = self.top.load(Ordering::Relaxed).min(self.size());
         let id = (0..top).find(|&id| id != home && self.try_take(id))?;
-        // The CPU's threads try this one first from now on (while a preempted guard keeps
-        // the other, the thread that runs finds its spare at once).
-        slot.store(id as u32, Ordering::Relaxed);
+        if id < home {
+            // The CPU's threads try this lower one first from now on: a CPU's id only
+            // moves down, so the ids in use stay the lowest (a higher spare is for this
+            // guard alone, and goes back once unused for a scan period).
+            slot.store(id as u32, Ordering::Relaxed);
+        }
         Some((id, self.epoch.load(Ordering::Relaxed)))
     }
 
