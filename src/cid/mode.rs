@@ -101,7 +101,7 @@ impl SpaceInner {
                 return id;
             }
         }
-        self.lend_locked_cold(record)
+        self.acquire(record)
     }
 
     /// The space's table, as `record`'s thread saw it: once seen, from the record (a load
@@ -121,13 +121,6 @@ impl SpaceInner {
             std::sync::atomic::Ordering::Relaxed,
         );
         Some(table)
-    }
-
-    /// `lend_id` when the table had no free id: the lock path.
-    #[cold]
-    #[inline(never)]
-    fn lend_locked_cold(&self, record: &ThreadRec) -> usize {
-        self.acquire(record)
     }
 
     /// `acquire` under the lock in per-CPU mode, for a record that is not an orphan (an
